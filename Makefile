@@ -1,0 +1,55 @@
+# cdcpipe: `make demo` and `make test` are the quick start; each installs what is missing first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CDCPIPE := $(VENV)/bin/cdcpipe
+PYTEST_ARGS ?=
+
+.PHONY: help install lock lint typecheck test unit demo up down status bench chaos clean
+
+help:
+	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
+	@echo "make test       install what is missing, lint, type-check, run every test against the real stack"
+	@echo "make unit       the tests that need nothing running"
+	@echo "make up|status|down   the local stack (cdcpipe stack ...)"
+	@echo "make lock       re-pin the full Python dependency closure into infra/python.lock"
+	@echo "make clean      stop the stack and delete its data (jars and the virtual environment stay)"
+
+install:
+	@python3 infra/install.py
+
+lock: install
+	@$(PY) -m pip freeze --exclude-editable | LC_ALL=C sort > infra/python.lock
+	@echo "wrote infra/python.lock"
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+unit: install
+	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
+
+# The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
+test: install lint typecheck
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+demo: install
+	$(CDCPIPE) stack up --spark-cluster
+	$(CDCPIPE) stack check
+	$(CDCPIPE) stack status
+
+up: install
+	$(CDCPIPE) stack up
+
+status:
+	$(CDCPIPE) stack status
+
+down:
+	$(CDCPIPE) stack down
+
+clean:
+	-$(CDCPIPE) stack down --purge

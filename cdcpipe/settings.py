@@ -1,0 +1,108 @@
+"""How every stage reads its settings: arguments, then environment, then a TOML file, then defaults.
+
+Each stage declares a frozen pydantic-settings model with the prefix `CDCPIPE_` and a TOML section of its
+own (`[stack]`, `[relay]`, ...). The file is `$CDCPIPE_CONFIG`, else `cdcpipe.toml` in the working
+directory when there is one.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+from pydantic import ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from cdcpipe.errors import ConfigError
+
+CONFIG_VARIABLE = "CDCPIPE_CONFIG"
+ENV_PREFIX = "CDCPIPE_"
+
+
+def config_file() -> Path | None:
+    """The settings file in force, if any."""
+    named = os.environ.get(CONFIG_VARIABLE)
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ConfigError(f"{CONFIG_VARIABLE}={named}: no such file; point it at a TOML file or unset it")
+        return path
+    local = Path("cdcpipe.toml")
+    return local if local.is_file() else None
+
+
+class _TomlSection(PydanticBaseSettingsSource):
+    """One section of the settings file, as a settings source."""
+
+    def __init__(self, settings_cls: type[BaseSettings], section: str) -> None:
+        super().__init__(settings_cls)
+        self._values: dict[str, Any] = {}
+        path = config_file()
+        if path is None:
+            return
+        try:
+            with path.open("rb") as f:
+                data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or unset {CONFIG_VARIABLE}") from exc
+        section_data = data.get(section, {})
+        if not isinstance(section_data, dict):
+            raise ConfigError(f"{path}: [{section}] must be a table of settings")
+        self._values = section_data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+class StageSettings(BaseSettings):
+    """Base of every stage's settings: frozen, `CDCPIPE_`-prefixed, unknown keys rejected."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+    toml_section: ClassVar[str] = ""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls.toml_section:
+            sources.append(_TomlSection(settings_cls, cls.toml_section))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Self:
+        """Read and validate once; a bad value becomes a ConfigError naming the variable to fix."""
+        try:
+            return cls(**overrides)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                field = ".".join(str(p) for p in err["loc"])
+                problems.append(
+                    f"{field}={err.get('input')!r}: {err['msg']} "
+                    f"(set {ENV_PREFIX}{field.upper()} or [{cls.toml_section}] {field} in the settings file)"
+                )
+            raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """(environment variable, default, description) for each field: what `--help` shows."""
+        rows = []
+        for name, field in cls.model_fields.items():
+            if field.default_factory is not None:
+                default = str(field.default_factory())  # type: ignore[call-arg]
+            else:
+                default = "" if field.default is None else str(field.default)
+            rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))
+        return rows

@@ -1,0 +1,104 @@
+"""Settings of the local stack (`[stack]` in the settings file, `CDCPIPE_*` in the environment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, field_validator, model_validator
+
+from cdcpipe.home import default_home
+from cdcpipe.settings import StageSettings
+
+
+class StackSettings(StageSettings):
+    """Where the stack lives and what it listens on. Every service binds 127.0.0.1 only."""
+
+    toml_section: ClassVar[str] = "stack"
+
+    home: Path = Field(
+        default_factory=default_home,
+        description="folder of jars (lib/), data (state/), logs (logs/) and pid files (run/)",
+    )
+    pg_port: int = Field(5432, description="PostgreSQL port")
+    pg_database: str = Field("cdcpipe", description="database created for the pipeline")
+    pg_bin_dir: Path = Field(Path("/usr/lib/postgresql/15/bin"), description="PostgreSQL 15 server binaries")
+    kafka_port: int = Field(9092, description="Kafka broker port (PLAINTEXT)")
+    kafka_controller_port: int = Field(9093, description="KRaft controller port")
+    kafka_heap: str = Field("768m", description="broker JVM heap (-Xmx)")
+    connect_port: int = Field(8083, description="Kafka Connect REST port")
+    connect_heap: str = Field("768m", description="Connect worker JVM heap (-Xmx)")
+    spark_master_port: int = Field(7077, description="Spark standalone master port (with --spark-cluster)")
+    spark_master_ui_port: int = Field(8080, description="Spark master web UI port")
+    spark_worker_ui_port: int = Field(8081, description="Spark worker web UI port")
+    spark_worker_cores: int = Field(2, ge=1, description="cores the Spark worker offers")
+    spark_worker_memory: str = Field("2g", description="memory the Spark worker offers to executors")
+    start_timeout_s: float = Field(180.0, gt=0, description="seconds a service may take to become healthy")
+    java: str = Field("java", description="java executable (17 or newer)")
+
+    @field_validator(
+        "pg_port",
+        "kafka_port",
+        "kafka_controller_port",
+        "connect_port",
+        "spark_master_port",
+        "spark_master_ui_port",
+        "spark_worker_ui_port",
+    )
+    @classmethod
+    def _port_in_range(cls, value: int) -> int:
+        if not 1024 <= value <= 65535:
+            raise ValueError("a port must be between 1024 and 65535")
+        return value
+
+    @field_validator("kafka_heap", "connect_heap", "spark_worker_memory")
+    @classmethod
+    def _jvm_size(cls, value: str) -> str:
+        if not value[:-1].isdigit() or value[-1].lower() not in "kmg":
+            raise ValueError("a memory size is a number followed by k, m or g, like 768m")
+        return value
+
+    @model_validator(mode="after")
+    def _ports_distinct(self) -> StackSettings:
+        ports = {name: getattr(self, name) for name in type(self).model_fields if name.endswith("_port")}
+        seen: dict[int, str] = {}
+        for name, port in ports.items():
+            if port in seen:
+                raise ValueError(f"{name} and {seen[port]} are both {port}; give each service its own port")
+            seen[port] = name
+        return self
+
+    # --- where things are (derived, never configured separately) ---------------------------------
+
+    @property
+    def lib(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def state(self) -> Path:
+        return self.home / "state"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def lake(self) -> Path:
+        """Root folder of the Delta tables and Spark checkpoints."""
+        return self.state / "lake"
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def connect_url(self) -> str:
+        return f"http://127.0.0.1:{self.connect_port}"
+
+    @property
+    def spark_master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.spark_master_port}"

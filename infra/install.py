@@ -1,0 +1,232 @@
+"""Install whatever the local stack is missing: Debian packages, the virtual environment, the jars.
+
+Run by `make install` (and so by `make test` and `make demo`) with the machine's own python3, before any
+virtual environment exists, so this file uses the standard library only. Every version comes from
+infra/versions.toml. Each step leaves a stamp (a hash of the files it was installed from) and is skipped
+while its stamp still matches, so a warm run costs a second and a changed pin reinstalls only its part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+INFRA = REPO / "infra"
+VERSIONS_FILE = INFRA / "versions.toml"
+JARS_POM = INFRA / "jars.pom.xml"
+MAVEN_SETTINGS = INFRA / "maven-settings.xml"
+VENV = Path(os.environ.get("CDCPIPE_VENV", REPO / ".venv"))
+# Must agree with cdcpipe.home.default_home(); this file cannot import the package it installs.
+HOME = Path(os.environ.get("CDCPIPE_HOME", REPO / ".stack")).resolve()
+LIB = HOME / "lib"
+
+# Maven profile in jars.pom.xml -> folder under LIB. The Debezium folder is one plugin on plugin.path.
+JAR_PROFILES = {
+    "kafka": LIB / "kafka",
+    "connect": LIB / "connect",
+    "debezium-postgres": LIB / "plugins" / "debezium-connector-postgres",
+    "spark": LIB / "spark",
+}
+
+
+class InstallError(Exception):
+    """An install step failed; the message says which and what to do."""
+
+
+def log(message: str) -> None:
+    """Print one progress line."""
+    print(f"[install] {message}", flush=True)
+
+
+def load_versions() -> dict[str, dict[str, str]]:
+    """The parsed infra/versions.toml."""
+    with VERSIONS_FILE.open("rb") as f:
+        return tomllib.load(f)
+
+
+def digest(*parts: bytes) -> str:
+    """A stamp value: the hash of what a step was installed from."""
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def stamp_matches(stamp: Path, value: str) -> bool:
+    """Whether the step behind `stamp` was installed from exactly `value`."""
+    return stamp.is_file() and stamp.read_text().strip() == value
+
+
+def run(cmd: list[str], what: str, **kwargs: object) -> None:
+    """Run a command; on failure raise with its last output lines, so the cause is on screen."""
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.splitlines()[-25:])
+        raise InstallError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
+
+
+# --- Debian packages ----------------------------------------------------------------------------
+
+
+def system_packages(versions: dict[str, dict[str, str]]) -> None:
+    """Install the Debian packages that are missing (PostgreSQL server, kcat, Java, Maven)."""
+    pg_major = versions["stack"]["postgres_major"]
+    wanted = {
+        f"postgresql-{pg_major}": Path(f"/usr/lib/postgresql/{pg_major}/bin/postgres"),
+        "kcat": Path("/usr/bin/kcat"),
+    }
+    missing = [pkg for pkg, probe in wanted.items() if not probe.exists()]
+    if shutil.which("java") is None:
+        missing.append("openjdk-17-jre-headless")
+    if shutil.which("mvn") is None:
+        missing.append("maven")
+    if not missing:
+        log("Debian packages: present")
+        return
+    if os.geteuid() != 0:
+        raise InstallError(
+            f"missing Debian packages {', '.join(missing)} and not running as root: "
+            f"run `sudo apt-get install -y {' '.join(missing)}`, then `make install` again"
+        )
+    log(f"Debian packages: installing {', '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-q"], "apt-get update", env=env)
+    run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], "apt-get install", env=env)
+
+
+# --- Python virtual environment -----------------------------------------------------------------
+
+
+def python_requirements(versions: dict[str, dict[str, str]]) -> list[str]:
+    """Every pinned Python requirement, pyspark and delta-spark included."""
+    stack = versions["stack"]
+    pins = [f"{name}=={version}" for name, version in versions["python"].items()]
+    return [*pins, f"pyspark=={stack['spark']}", f"delta-spark=={stack['delta']}"]
+
+
+def virtualenv(versions: dict[str, dict[str, str]]) -> None:
+    """Create the virtual environment and install the pins and cdcpipe (editable) into it."""
+    requirements = python_requirements(versions)
+    wanted = digest(VERSIONS_FILE.read_bytes(), (REPO / "pyproject.toml").read_bytes(), str(VENV).encode())
+    stamp = VENV / ".cdcpipe-installed"
+    if stamp_matches(stamp, wanted):
+        log(f"virtual environment: up to date ({VENV})")
+        return
+    started = time.monotonic()
+    if not (VENV / "bin" / "python").exists():
+        run([sys.executable, "-m", "venv", str(VENV)], "creating the virtual environment")
+    pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+    log(f"virtual environment: installing {len(requirements)} pinned packages (pyspark is ~430 MB)")
+    run([*pip, *requirements], "pip install of the pinned packages")
+    # Editable, so `cdcpipe` runs the working tree. --no-deps: every dependency was just installed at its
+    # pin (a unit test checks that pyproject.toml names nothing versions.toml does not pin).
+    run([*pip, "--no-deps", "--no-build-isolation", "-e", str(REPO)], "pip install of cdcpipe")
+    stamp.write_text(wanted + "\n")
+    log(f"virtual environment: done in {time.monotonic() - started:.0f}s")
+
+
+def pyspark_jar_names() -> set[str]:
+    """Artifact names (version stripped) of the jars pyspark already ships."""
+    out = subprocess.run(
+        [str(VENV / "bin" / "python"), "-c", "import pyspark, os; print(os.path.dirname(pyspark.__file__))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return {artifact_name(p.name) for p in (Path(out) / "jars").glob("*.jar")}
+
+
+def artifact_name(jar: str) -> str:
+    """`kafka-clients-3.9.0.jar` -> `kafka-clients`: the name up to the first dash before a digit."""
+    stem = jar.removesuffix(".jar")
+    parts = stem.split("-")
+    for i, part in enumerate(parts):
+        if i > 0 and part[:1].isdigit():
+            return "-".join(parts[:i])
+    return stem
+
+
+# --- Jars from Maven Central -------------------------------------------------------------------------
+
+
+def jars(versions: dict[str, dict[str, str]]) -> None:
+    """Resolve each jar folder with Maven, into a staging folder that replaces the old one whole."""
+    stack = versions["stack"]
+    props = {
+        "version.maven.dependency.plugin": stack["maven_dependency_plugin"],
+        "scala.binary": stack["scala_binary"],
+        "version.kafka": stack["kafka"],
+        "version.log4j": stack["log4j"],
+        "version.debezium": stack["debezium"],
+        "version.spark": stack["spark"],
+        "version.delta": stack["delta"],
+    }
+    wanted = digest(VERSIONS_FILE.read_bytes(), JARS_POM.read_bytes(), MAVEN_SETTINGS.read_bytes())
+    for profile, folder in JAR_PROFILES.items():
+        stamp = folder.parent / f".{folder.name}.installed"
+        if stamp_matches(stamp, wanted) and folder.is_dir():
+            log(f"jars {profile}: up to date ({folder})")
+            continue
+        started = time.monotonic()
+        staging = folder.with_name(folder.name + ".staging")
+        shutil.rmtree(staging, ignore_errors=True)
+        cmd = [
+            "mvn",
+            "-q",
+            "-B",
+            "-s",
+            str(MAVEN_SETTINGS),
+            "-f",
+            str(JARS_POM),
+            f"-P{profile}",
+            *[f"-D{k}={v}" for k, v in props.items()],
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+        ]
+        log(f"jars {profile}: resolving with Maven")
+        run(cmd, f"Maven resolution of the {profile} jars")
+        if profile == "spark":
+            # Spark ships its own Scala, Hadoop client, compression codecs and slf4j binding; a second
+            # copy on the classpath wins or loses by accident, so only what Spark lacks is kept.
+            shipped = pyspark_jar_names()
+            for jar in staging.glob("*.jar"):
+                if artifact_name(jar.name) in shipped:
+                    jar.unlink()
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(folder)
+        stamp.write_text(wanted + "\n")
+        count = len(list(folder.glob("*.jar")))
+        log(f"jars {profile}: {count} jars in {time.monotonic() - started:.0f}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Install every missing part; exit 1 with the failing step named."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skip-system", action="store_true", help="do not check or install Debian packages")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    versions = load_versions()
+    try:
+        if not args.skip_system:
+            system_packages(versions)
+        virtualenv(versions)
+        jars(versions)
+    except InstallError as exc:
+        print(f"[install] error: {exc}", file=sys.stderr)
+        return 1
+    log(f"everything installed in {time.monotonic() - started:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""`cdcpipe stack up | status | down | env`: the local stack as one unit."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from infra.config import StackSettings
+from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
+from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
+
+Report = Callable[[str], None]
+
+
+def services(settings: StackSettings, *, spark_cluster: bool = True) -> list[Service]:
+    """Every service in start order (the Spark pair only when asked for)."""
+    classes = CORE_SERVICES + (SPARK_SERVICES if spark_cluster else ())
+    return [cls(settings) for cls in classes]
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:port (a bind also sees a listener on 0.0.0.0 that a connect to 127.0.0.1 might not reach)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `up` did for one service."""
+
+    service: str
+    address: str
+    pid: int
+    seconds: float
+    already_running: bool
+
+
+def up(settings: StackSettings, *, spark_cluster: bool = False, report: Report = print) -> list[Started]:
+    """Start each service that is not running, one after another, each only once the previous is healthy."""
+    for folder in (settings.state, settings.logs, settings.run_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    results = []
+    for service in services(settings, spark_cluster=spark_cluster):
+        results.append(_start_one(service, settings, report))
+    return results
+
+
+def _start_one(service: Service, settings: StackSettings, report: Report) -> Started:
+    started = time.monotonic()
+    pid = service.process.pid()
+    already = pid is not None
+    if pid is None:
+        for spec in service.ports:
+            if not port_is_free(spec.port):
+                raise PortInUseError(service.name, spec.port, spec.setting)
+        service.prepare()
+        pid = service.process.start(
+            service.command(), env=service.environment(), cwd=service.cwd(), user=service.run_as()
+        )
+    _wait_healthy(service, settings.start_timeout_s)
+    service.after_healthy()
+    seconds = time.monotonic() - started
+    state = "already running" if already else f"healthy after {seconds:.1f}s"
+    report(f"{service.name:<13} {state:<22} pid {pid:<8} {service.address}")
+    return Started(service.name, service.address, pid, seconds, already)
+
+
+def _wait_healthy(service: Service, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = "no health check ran"
+    while True:
+        if service.process.exited():
+            tail = "\n  ".join(service.process.log_tail(20))
+            raise ServiceStartError(
+                f"{service.name} exited while starting; last lines of {service.process.log_file}:\n  {tail}"
+            )
+        try:
+            service.check_health()
+            return
+        except ServiceNotReadyError as exc:
+            last = str(exc)
+        if time.monotonic() > deadline:
+            tail = "\n  ".join(service.process.log_tail(20))
+            raise ServiceStartError(
+                f"{service.name} not healthy after {timeout_s:.0f}s (last check: {last}); it is still running, "
+                f"see {service.process.log_file} (raise CDCPIPE_START_TIMEOUT_S if the machine is slow):\n  {tail}"
+            )
+        time.sleep(0.25)
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One row of `stack status`."""
+
+    service: str
+    pid: int | None
+    address: str
+    healthy: bool
+    detail: str
+    rss_bytes: int | None
+    log_tail: list[str]
+
+
+def status(settings: StackSettings) -> list[ServiceStatus]:
+    """Each service of the stack; the Spark pair only when it was started."""
+    rows = []
+    for service in services(settings, spark_cluster=True):
+        pid = service.process.pid()
+        if pid is None and service.name.startswith("spark") and not service.process.pid_file.exists():
+            continue  # never started with --spark-cluster: nothing to report
+        healthy, detail = False, "not running"
+        if pid is not None:
+            try:
+                service.check_health()
+                healthy, detail = True, "healthy"
+            except (ServiceNotReadyError, ServiceStartError) as exc:
+                detail = str(exc)
+        rows.append(
+            ServiceStatus(
+                service=service.name,
+                pid=pid,
+                address=service.address,
+                healthy=healthy,
+                detail=detail,
+                rss_bytes=service.process.rss_bytes(),
+                log_tail=[] if healthy else service.process.log_tail(10),
+            )
+        )
+    return rows
+
+
+def down(settings: StackSettings, *, purge: bool = False, report: Report = print) -> list[str]:
+    """Stop, in reverse start order, exactly the processes `up` recorded. Data stays unless purge."""
+    stopped = []
+    for service in reversed(services(settings, spark_cluster=True)):
+        pid = service.process.pid()
+        if service.process.stop():
+            stopped.append(service.name)
+            report(f"{service.name:<13} stopped (pid {pid})")
+    if purge:
+        pg_data = Postgres(settings).data_dir
+        for folder in (
+            settings.state,
+            settings.logs,
+            pg_data.parent if not pg_data.is_relative_to(settings.state) else None,
+        ):
+            if folder is not None and folder.exists():
+                shutil.rmtree(folder)
+                report(f"removed {folder}")
+    return stopped
+
+
+def env_exports(settings: StackSettings) -> list[str]:
+    """Shell exports that wire any tool to this stack. No secret: libpq reads the password from PGPASSFILE."""
+    postgres = Postgres(settings)
+    values = {
+        "CDCPIPE_HOME": str(settings.home),
+        "CDCPIPE_PG_DSN": postgres.dsn(),
+        "PGPASSFILE": str(postgres.pgpass_file),
+        "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "CDCPIPE_CONNECT_URL": settings.connect_url,
+        "CDCPIPE_LAKE": str(settings.lake),
+        "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
+    }
+    if SparkMaster(settings).process.pid() is not None:
+        values["CDCPIPE_SPARK_MASTER_URL"] = settings.spark_master_url
+    return [f"export {key}={shlex.quote(value)}" for key, value in values.items()]

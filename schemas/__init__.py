@@ -1,0 +1,1 @@
+"""Outbox DDL and roles, event contracts and Delta table schemas: the source of truth every stage imports."""

@@ -1,0 +1,1 @@
+"""Spark Structured Streaming jobs: Kafka topics into Delta tables, checkpointed."""

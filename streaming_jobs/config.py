@@ -1,0 +1,32 @@
+"""Settings of Spark sessions and jobs (`[spark]` in the settings file, `CDCPIPE_*` in the environment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field
+
+from cdcpipe.home import default_home
+from cdcpipe.settings import StageSettings
+
+
+class SparkSettings(StageSettings):
+    """How a SparkSession of cdcpipe is built. Jars come from disk; nothing is downloaded at run time."""
+
+    toml_section: ClassVar[str] = "spark"
+
+    spark_master: str = Field("local[2]", description="where jobs run: local[N] or spark://HOST:PORT")
+    spark_jars_dir: Path = Field(
+        default_factory=lambda: default_home() / "lib" / "spark",
+        description="folder of the Kafka source and Delta jars (installed by `make install`)",
+    )
+    spark_driver_memory: str = Field("2g", description="driver JVM heap")
+    spark_executor_memory: str = Field("1g", description="executor heap on a standalone cluster")
+    spark_shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions (small: 2 cores)")
+    spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    lake: Path = Field(
+        default_factory=lambda: default_home() / "state" / "lake",
+        description="root folder of Delta tables and checkpoints",
+    )

@@ -1,0 +1,13 @@
+"""Errors of the streaming stage."""
+
+from __future__ import annotations
+
+from cdcpipe.errors import CdcpipeError
+
+
+class StreamingError(CdcpipeError):
+    """A streaming job or its Spark session could not do what was asked."""
+
+
+class SparkJarsMissingError(StreamingError):
+    """The Kafka source or Delta jars are not installed where the session looks for them."""

@@ -1,0 +1,70 @@
+"""A SparkSession with the Kafka source and Delta, from the jars `make install` put on disk."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import SparkJarsMissingError
+
+# Jars the session cannot work without; a prefix match, versions come from infra/versions.toml.
+REQUIRED_JARS = (
+    "spark-sql-kafka-0-10_",
+    "spark-token-provider-kafka-0-10_",
+    "kafka-clients-",
+    "delta-spark_",
+    "delta-storage-",
+)
+
+
+def spark_jars(folder: Path) -> list[Path]:
+    """The jars to put on the session's classpath; raises naming any required one that is missing."""
+    jars = sorted(folder.glob("*.jar"))
+    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise SparkJarsMissingError(
+            f"no {', '.join(p + '*.jar' for p in missing)} in {folder}: run `make install`, "
+            "or point CDCPIPE_SPARK_JARS_DIR at the folder that holds them"
+        )
+    return jars
+
+
+def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
+    """Every setting the session is built with (separate, so it can be read and tested without a JVM)."""
+    jars = spark_jars(settings.spark_jars_dir)
+    return {
+        "spark.app.name": app_name,
+        "spark.master": settings.spark_master,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.executor.memory": settings.spark_executor_memory,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.sql.warehouse.dir": str(settings.lake / "_warehouse"),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # Delta tables here are small and many; the default 200 files per OPTIMIZE bin is fine, but
+        # collecting statistics on every column of wide payloads costs more than it saves.
+        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "8",
+    }
+
+
+def build_spark_session(settings: SparkSettings | None = None, app_name: str = "cdcpipe") -> SparkSession:
+    """The session every cdcpipe job uses. Call once per process: Spark allows one driver per JVM."""
+    settings = settings or SparkSettings.load()
+    # Everything Spark binds (driver, block manager, UI) stays on loopback.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder
+    for key, value in session_conf(settings, app_name).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
