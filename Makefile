@@ -20,7 +20,7 @@ install:
 	@python3 infra/install.py
 
 lock: install
-	@$(PY) -m pip freeze --exclude-editable | LC_ALL=C sort > infra/python.lock
+	@$(PY) -m pip freeze --all --exclude-editable | LC_ALL=C sort > infra/python.lock
 	@echo "wrote infra/python.lock"
 
 lint: install

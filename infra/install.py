@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,9 @@ INFRA = REPO / "infra"
 VERSIONS_FILE = INFRA / "versions.toml"
 JARS_POM = INFRA / "jars.pom.xml"
 MAVEN_SETTINGS = INFRA / "maven-settings.xml"
+# The whole dependency closure at the versions tested (`make lock` writes it), so a transitive
+# dependency cannot move under us between two machines.
+PYTHON_LOCK = INFRA / "python.lock"
 VENV = Path(os.environ.get("CDCPIPE_VENV", REPO / ".venv"))
 # Must agree with cdcpipe.home.default_home(); this file cannot import the package it installs.
 HOME = Path(os.environ.get("CDCPIPE_HOME", REPO / ".stack")).resolve()
@@ -116,7 +120,8 @@ def python_requirements(versions: dict[str, dict[str, str]]) -> list[str]:
 def virtualenv(versions: dict[str, dict[str, str]]) -> None:
     """Create the virtual environment and install the pins and cdcpipe (editable) into it."""
     requirements = python_requirements(versions)
-    wanted = digest(VERSIONS_FILE.read_bytes(), (REPO / "pyproject.toml").read_bytes(), str(VENV).encode())
+    lock = PYTHON_LOCK.read_bytes() if PYTHON_LOCK.exists() else b""
+    wanted = digest(VERSIONS_FILE.read_bytes(), lock, (REPO / "pyproject.toml").read_bytes(), str(VENV).encode())
     stamp = VENV / ".cdcpipe-installed"
     if stamp_matches(stamp, wanted):
         log(f"virtual environment: up to date ({VENV})")
@@ -126,7 +131,8 @@ def virtualenv(versions: dict[str, dict[str, str]]) -> None:
         run([sys.executable, "-m", "venv", str(VENV)], "creating the virtual environment")
     pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
     log(f"virtual environment: installing {len(requirements)} pinned packages (pyspark is ~430 MB)")
-    run([*pip, *requirements], "pip install of the pinned packages")
+    constraints = ["-c", str(PYTHON_LOCK)] if PYTHON_LOCK.exists() else []
+    run([*pip, *constraints, *requirements], "pip install of the pinned packages")
     # Editable, so `cdcpipe` runs the working tree. --no-deps: every dependency was just installed at its
     # pin (a unit test checks that pyproject.toml names nothing versions.toml does not pin).
     run([*pip, "--no-deps", "--no-build-isolation", "-e", str(REPO)], "pip install of cdcpipe")
@@ -146,13 +152,13 @@ def pyspark_jar_names() -> set[str]:
 
 
 def artifact_name(jar: str) -> str:
-    """`kafka-clients-3.9.0.jar` -> `kafka-clients`: the name up to the first dash before a digit."""
+    """`kafka-clients-3.9.0.jar` -> `kafka-clients`: the name before the first `-<digits>.<digits>`.
+
+    Not simply the first dash before a digit: `spark-sql-kafka-0-10_2.13-4.0.0.jar` has digits in its name.
+    """
     stem = jar.removesuffix(".jar")
-    parts = stem.split("-")
-    for i, part in enumerate(parts):
-        if i > 0 and part[:1].isdigit():
-            return "-".join(parts[:i])
-    return stem
+    match = re.match(r"^(.*?)-\d+\.\d+", stem)
+    return match.group(1) if match else stem
 
 
 # --- Jars from Maven Central -------------------------------------------------------------------------

@@ -16,6 +16,10 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+# Popen objects of the services this process started, kept so that they are reaped (and not reported
+# as "still running" when garbage-collected) while this process lives; keyed by pid.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
 
 def _start_time(pid: int) -> str | None:
     try:
@@ -37,13 +41,19 @@ class TrackedProcess:
     log_file: Path
     stop_signal: signal.Signals = signal.SIGTERM
 
-    def pid(self) -> int | None:
-        """The pid if our process is alive, else None (a stale pid file is ignored)."""
+    def _recorded(self) -> tuple[int, str] | None:
         try:
             pid_text, start = self.pid_file.read_text().split()
-            pid = int(pid_text)
+            return int(pid_text), start
         except (FileNotFoundError, ValueError):
             return None
+
+    def pid(self) -> int | None:
+        """The pid if our process is alive, else None (a stale pid file is ignored)."""
+        recorded = self._recorded()
+        if recorded is None:
+            return None
+        pid, start = recorded
         return pid if _start_time(pid) == start else None
 
     def start(
@@ -72,20 +82,18 @@ class TrackedProcess:
                 group=user,
                 extra_groups=[] if user else None,
             )
+        _CHILDREN[proc.pid] = proc
         start = _start_time(proc.pid)
         self.pid_file.write_text(f"{proc.pid} {start}\n")
         return proc.pid
 
     def exited(self) -> bool:
         """True once the started process is gone (reaps it if it was our child)."""
-        pid = self.pid()
-        if pid is None:
-            return True
-        with contextlib.suppress(ChildProcessError):
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done == pid:
-                return True
-        return False
+        recorded = self._recorded()
+        child = _CHILDREN.get(recorded[0]) if recorded else None
+        if child is not None and child.poll() is not None:
+            del _CHILDREN[child.pid]  # reaped: no zombie left behind
+        return self.pid() is None
 
     def stop(self, timeout_s: float = 60.0) -> bool:
         """Ask the process to stop; kill it if it has not after timeout_s. True if it was running."""

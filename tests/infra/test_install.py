@@ -1,0 +1,53 @@
+"""The installer's pins agree with each other, and its jar filtering names artifacts right."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from cdcpipe.home import REPO_ROOT
+from infra import install
+
+
+@pytest.mark.parametrize(
+    ("jar", "artifact"),
+    [
+        ("kafka-clients-3.9.0.jar", "kafka-clients"),
+        ("spark-sql-kafka-0-10_2.13-4.0.0.jar", "spark-sql-kafka-0-10_2.13"),
+        ("scala-library-2.13.16.jar", "scala-library"),
+        ("zstd-jni-1.5.6-10.jar", "zstd-jni"),
+        ("hadoop-client-api-3.4.1.jar", "hadoop-client-api"),
+    ],
+)
+def test_artifact_name_strips_the_version(jar: str, artifact: str) -> None:
+    assert install.artifact_name(jar) == artifact
+
+
+def test_pyspark_and_delta_follow_the_stack_pins() -> None:
+    versions = install.load_versions()
+    requirements = install.python_requirements(versions)
+    assert f"pyspark=={versions['stack']['spark']}" in requirements
+    assert f"delta-spark=={versions['stack']['delta']}" in requirements
+
+
+def test_every_declared_dependency_is_pinned() -> None:
+    with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+        project = tomllib.load(f)["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    pinned = {re.split(r"==", r)[0] for r in install.python_requirements(install.load_versions())}
+    assert [d for d in declared if d not in pinned] == []
+
+
+def test_the_lock_agrees_with_the_pins() -> None:
+    lock = {}
+    for line in (REPO_ROOT / "infra" / "python.lock").read_text().splitlines():
+        name, _, version = line.partition("==")
+        lock[name.lower().replace("_", "-")] = version
+    for requirement in install.python_requirements(install.load_versions()):
+        name, _, version = requirement.partition("==")
+        name = re.sub(r"\[.*\]", "", name).lower()
+        assert lock.get(name) == version, (
+            f"{name}: versions.toml pins {version}, infra/python.lock has {lock.get(name)}"
+        )

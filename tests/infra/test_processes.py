@@ -1,0 +1,54 @@
+"""Processes are tracked by pid and start time, and stopped by that pid only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from infra.processes import TrackedProcess
+
+
+def tracked(tmp_path: Path, stop_signal: signal.Signals = signal.SIGTERM) -> TrackedProcess:
+    return TrackedProcess("sleeper", tmp_path / "run" / "sleeper.pid", tmp_path / "logs" / "sleeper.log", stop_signal)
+
+
+def test_start_records_the_pid_and_stop_ends_it(tmp_path: Path) -> None:
+    process = tracked(tmp_path)
+    pid = process.start(["sleep", "60"], env=dict(os.environ), cwd=tmp_path)
+    assert process.pid() == pid
+    assert process.stop(timeout_s=5) is True
+    assert process.pid() is None
+    assert not Path(f"/proc/{pid}").exists()
+    assert not process.pid_file.exists()
+
+
+def test_a_reused_pid_is_not_ours(tmp_path: Path) -> None:
+    """A pid file whose pid now belongs to another process (other start time) is ignored, never signalled."""
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        process = tracked(tmp_path)
+        process.pid_file.parent.mkdir(parents=True)
+        process.pid_file.write_text(f"{bystander.pid} 1\n")
+        assert process.pid() is None
+        assert process.stop(timeout_s=1) is False
+        assert bystander.poll() is None, "stop() signalled a process that is not ours"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_process_that_ignores_the_stop_signal_is_killed(tmp_path: Path) -> None:
+    process = tracked(tmp_path)
+    process.start(["bash", "-c", "trap '' TERM; sleep 60"], env=dict(os.environ), cwd=tmp_path)
+    assert process.stop(timeout_s=0.5) is True
+    assert process.pid() is None
+
+
+def test_log_tail_shows_the_last_lines(tmp_path: Path) -> None:
+    process = tracked(tmp_path)
+    process.start(["bash", "-c", "for i in $(seq 1 50); do echo line $i; done"], env=dict(os.environ), cwd=tmp_path)
+    while not process.exited():
+        pass
+    assert process.log_tail(3) == ["line 48", "line 49", "line 50"]

@@ -1,0 +1,197 @@
+"""The real stack: Postgres, Kafka and Kafka Connect with Debezium, as `cdcpipe stack up` starts them."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests.conftest import Stack, cdcpipe
+
+pytestmark = pytest.mark.integration
+
+DEBEZIUM_POSTGRES = "io.debezium.connector.postgresql.PostgresConnector"
+EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
+
+
+def produce(stack: Stack, topic: str, records: list[tuple[str, str]]) -> None:
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all", "enable.idempotence": True})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def consume_all(stack: Stack, topic: str, expected: int, timeout_s: float = 30) -> list[tuple[str, str]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.kafka_bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    received: list[tuple[str, str]] = []
+    try:
+        for message in iter(lambda: consumer.poll(timeout_s), None):
+            assert message.error() is None, message.error()
+            received.append(((message.key() or b"").decode(), (message.value() or b"").decode()))
+            if len(received) == expected:
+                break
+    finally:
+        consumer.close()
+    return received
+
+
+def test_kafka_gives_back_what_was_produced(stack: Stack, topic: str) -> None:
+    records = [(f"k{i % 3}", json.dumps({"i": i})) for i in range(100)]
+    produce(stack, topic, records)
+    assert consume_all(stack, topic, len(records)) == records
+
+
+def test_kcat_an_independent_client_reads_the_same_records(stack: Stack, topic: str) -> None:
+    records = [(f"key-{i}", f"value-{i}") for i in range(20)]
+    produce(stack, topic, records)
+    out = subprocess.run(
+        ["kcat", "-b", stack.kafka_bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%k=%s\\n"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.splitlines() == [f"{k}={v}" for k, v in records]
+
+
+def test_postgres_has_logical_wal_and_listens_on_loopback(stack: Stack) -> None:
+    with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
+        assert conn.execute("SHOW wal_level").fetchone() == ("logical",)
+        assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
+        assert conn.execute("SHOW server_version_num").fetchone()[0].startswith("15")  # type: ignore[index]
+
+
+def test_connect_has_the_debezium_connector_and_its_outbox_router(stack: Stack) -> None:
+    plugins = httpx.get(f"{stack.connect_url}/connector-plugins", params={"connectorsOnly": "false"}, timeout=10)
+    plugins.raise_for_status()
+    classes = {p["class"]: p["type"] for p in plugins.json()}
+    assert classes.get(DEBEZIUM_POSTGRES) == "source"
+    assert classes.get(EVENT_ROUTER) == "transformation"
+
+    # Loadable, not only listed: a config using the router validates with no error on its fields,
+    # while a class that does not exist is reported against the same field.
+    def validate(transform_class: str) -> dict[str, list[str]]:
+        config = {
+            "connector.class": DEBEZIUM_POSTGRES,
+            "name": "validate-only",
+            "topic.prefix": "validate",
+            "database.hostname": "127.0.0.1",
+            "database.user": "postgres",
+            "database.dbname": "cdcpipe",
+            "plugin.name": "pgoutput",
+            "transforms": "outbox",
+            "transforms.outbox.type": transform_class,
+        }
+        response = httpx.put(
+            f"{stack.connect_url}/connector-plugins/{DEBEZIUM_POSTGRES}/config/validate", json=config, timeout=60
+        )
+        response.raise_for_status()
+        return {
+            c["value"]["name"]: c["value"]["errors"]
+            for c in response.json()["configs"]
+            if c["value"]["name"].startswith("transforms.outbox")
+        }
+
+    good = validate(EVENT_ROUTER)
+    assert good["transforms.outbox.type"] == []
+    assert "transforms.outbox.route.by.field" in good, "the router's own settings were not loaded"
+    bad = validate("io.debezium.transforms.outbox.NoSuchRouter")
+    assert bad["transforms.outbox.type"] != []
+
+
+def test_every_service_listens_on_loopback_only(stack: Stack) -> None:
+    status = cdcpipe("stack", "status", "--json", env=stack.process_env())
+    pids = [row["pid"] for row in json.loads(status.stdout) if row["pid"]]
+    if not stack.started_here and not pids:
+        pytest.skip("the stack was given from outside; its pids are not ours to inspect")
+    listening = listening_addresses(pids)
+    assert listening, "found no listening socket of the stack's processes"
+    assert [(a, p) for a, p in listening if not ipaddress.ip_address(a).is_loopback] == []
+
+
+def listening_addresses(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state held by these processes or their sessions."""
+    inodes = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            session = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            if session not in pids:
+                continue
+            for fd in (proc / "fd").iterdir():
+                target = str(fd.readlink())
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A = LISTEN
+                continue
+            hex_addr, hex_port = local.split(":")
+            # The kernel prints each 32-bit word of the address in host (little-endian) byte order.
+            raw = b"".join(bytes.fromhex(hex_addr[i : i + 8])[::-1] for i in range(0, len(hex_addr), 8))
+            ip = ipaddress.ip_address(raw)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
+                ip = ip.ipv4_mapped  # a JVM's dual-stack socket bound to 127.0.0.1
+            found.add((str(ip), int(hex_port, 16)))
+    return found
+
+
+def test_up_twice_leaves_one_of_each(stack: Stack) -> None:
+    before = {
+        r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
+    }
+    again = cdcpipe("stack", "up", "--spark-cluster", env=stack.process_env())
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("already running") == 5, again.stdout
+    after = {
+        r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
+    }
+    assert after == before
+    assert len(after) == 5
+
+
+def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> None:
+    result = cdcpipe("stack", "status", "--json", env=stack.process_env())
+    assert result.returncode == 0, result.stdout
+    rows = {row["service"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"postgres", "kafka", "connect", "spark-master", "spark-worker"}
+    for row in rows.values():
+        assert row["healthy"], row
+        assert row["rss_bytes"] > 10 * 2**20, row
+
+
+def test_env_exports_wire_a_tool_to_the_stack(stack: Stack) -> None:
+    exports = cdcpipe("stack", "env", env=stack.process_env()).stdout
+    for variable in ("CDCPIPE_PG_DSN", "CDCPIPE_KAFKA_BOOTSTRAP", "CDCPIPE_CONNECT_URL", "CDCPIPE_LAKE", "PGPASSFILE"):
+        assert f"export {variable}=" in exports
+    password = (Path(stack.env["PGPASSFILE"]).read_text().strip().split(":"))[-1]
+    assert password not in exports, "stack env must not print the database password"
+    # A fresh shell that only evaluates the exports reaches Postgres (psql reads PGPASSFILE itself).
+    shell = subprocess.run(
+        ["bash", "-c", f'{exports}\npsql "$CDCPIPE_PG_DSN" -tAc "select 42"'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert shell.stdout.strip() == "42", shell.stderr

@@ -1,0 +1,71 @@
+"""`stack down` stops every process of ours; `stack up` after it finds the data where it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from tests.conftest import Stack, cdcpipe
+
+pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that name `text` (every service of ours names the stack's home)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if text in args and "pytest" not in args:
+            found.append(f"{cmdline.parent.name}: {args[:200]}")
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for a parent (here often pid 1) to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) -> None:
+    if not stack.started_here:
+        pytest.skip("the stack was not started by this test session; it is not ours to stop")
+    env = stack.process_env()
+    with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"], autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS lifecycle_marker (note text)")
+        conn.execute("INSERT INTO lifecycle_marker VALUES (%s)", (topic,))
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer.produce(topic, key="k", value="survives a restart")
+    assert producer.flush(30) == 0
+    pids = [r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=env).stdout)]
+
+    down = cdcpipe("stack", "down", env=env)
+    assert down.returncode == 0, down.stderr
+    assert processes_mentioning(str(stack.home)) == []
+    assert [pid for pid in pids if alive(pid)] == []
+    status = cdcpipe("stack", "status", "--json", env=env)
+    assert status.returncode == 1
+    assert all(row["pid"] is None for row in json.loads(status.stdout))
+
+    up = cdcpipe("stack", "up", "--spark-cluster", env=env)
+    assert up.returncode == 0, up.stderr
+    assert up.stdout.count("healthy after") == 5
+    with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
+        notes = [row[0] for row in conn.execute("SELECT note FROM lifecycle_marker")]
+    assert topic in notes
+    consumer = Consumer(
+        {"bootstrap.servers": stack.kafka_bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    message = consumer.poll(60)
+    consumer.close()
+    assert message is not None
+    assert message.value() == b"survives a restart"

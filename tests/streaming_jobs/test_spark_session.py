@@ -1,0 +1,54 @@
+"""The session's settings, checked without starting a JVM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import SparkJarsMissingError
+from streaming_jobs.spark_session import REQUIRED_JARS, session_conf
+
+JAR_NAMES = [
+    "spark-sql-kafka-0-10_2.13-4.0.0.jar",
+    "spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
+    "kafka-clients-3.9.0.jar",
+    "delta-spark_2.13-4.0.0.jar",
+    "delta-storage-4.0.0.jar",
+    "commons-pool2-2.12.0.jar",
+]
+
+
+def jars_folder(tmp_path: Path, names: list[str]) -> Path:
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"")
+    return folder
+
+
+def test_conf_uses_local_jars_by_absolute_path_and_configures_delta(tmp_path: Path) -> None:
+    folder = jars_folder(tmp_path, JAR_NAMES)
+    conf = session_conf(SparkSettings.load(spark_jars_dir=folder, lake=tmp_path / "lake"), "t")
+    jars = conf["spark.jars"].split(",")
+    assert sorted(Path(j).name for j in jars) == sorted(JAR_NAMES)
+    assert all(Path(j).is_absolute() for j in jars)
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert "spark.jars.packages" not in conf, "nothing may be downloaded at run time"
+
+
+@pytest.mark.parametrize("missing", REQUIRED_JARS)
+def test_a_missing_jar_is_named_with_the_fix(tmp_path: Path, missing: str) -> None:
+    folder = jars_folder(tmp_path, [n for n in JAR_NAMES if not n.startswith(missing)])
+    with pytest.raises(SparkJarsMissingError, match=r"make install") as raised:
+        session_conf(SparkSettings.load(spark_jars_dir=folder), "t")
+    assert missing in str(raised.value)
+
+
+def test_the_installed_jars_satisfy_the_session() -> None:
+    """What `make install` put on disk is what the session needs (no JVM started)."""
+    conf = session_conf(SparkSettings.load(), "t")
+    assert len(conf["spark.jars"].split(",")) >= len(REQUIRED_JARS)
