@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict
 
+import psycopg
 import typer
 
 from cdcpipe.errors import CdcpipeError
@@ -16,6 +20,13 @@ from cdcpipe.settings import StageSettings
 from infra import checks, stack
 from infra.config import StackSettings
 from infra.errors import StackError
+from outbox_relay.config import RelaySettings
+from outbox_relay.metrics import RelayMetrics
+from outbox_relay.relay import Relay
+from schemas import outbox
+from schemas.config import OutboxNames, SchemaSettings
+from schemas.contracts import default_registry
+from schemas.errors import SchemaError
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -115,6 +126,59 @@ def stack_env() -> None:
     """Shell exports for the running stack: eval "$(cdcpipe stack env)"."""
     for line in stack.env_exports(StackSettings.load()):
         typer.echo(line)
+
+
+schema_app = typer.Typer(
+    help="The outbox schema, roles and event contracts.",
+    epilog=settings_help(OutboxNames) + settings_help(SchemaSettings),
+    no_args_is_help=True,
+)
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("apply")
+def schema_apply() -> None:
+    """Create or update the outbox, its dead letters, roles, publication and heartbeat table (idempotent)."""
+    names, settings = OutboxNames.load(), SchemaSettings.load()
+    try:
+        with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+            outbox.apply(conn, names, settings)
+    except psycopg.OperationalError as exc:
+        raise SchemaError(f"cannot connect to Postgres ({exc}); check CDCPIPE_PG_DSN and PGPASSFILE") from exc
+    typer.echo(
+        f"outbox {names.outbox_schema}.{names.outbox_table} ready (dead letters: {names.dead_letter_table}, "
+        f"roles: {settings.writer_role}, {settings.relay_role}, publication: {settings.publication})"
+    )
+
+
+@schema_app.command("contracts")
+def schema_contracts() -> None:
+    """List the event contracts (type, version, aggregate type, file)."""
+    for contract in default_registry():
+        typer.echo(f"{contract.event_type:<24} v{contract.version:<3} {contract.aggregate_type:<16} {contract.path}")
+
+
+relay_app = typer.Typer(
+    help="Our outbox relay: outbox rows -> Kafka, in Debezium's EventRouter wire format.",
+    epilog=settings_help(OutboxNames) + settings_help(RelaySettings),
+    no_args_is_help=True,
+)
+app.add_typer(relay_app, name="relay")
+
+
+@relay_app.command("run")
+def relay_run(
+    log_level: str = typer.Option("INFO", help="DEBUG, INFO, WARNING or ERROR"),
+) -> None:
+    """Publish until SIGTERM or Ctrl-C (then finish the batch in flight and exit 0)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings, names = RelaySettings.load(), OutboxNames.load()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    metrics = RelayMetrics()
+    metrics.serve(settings.metrics_port)
+    Relay(settings, names, stop=stop, metrics=metrics).run()
 
 
 def main() -> None:

@@ -1,0 +1,56 @@
+"""Settings of the outbox relay (`[relay]` in the settings file, `CDCPIPE_*` in the environment)."""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from pydantic import Field, SecretStr, field_validator
+
+from cdcpipe.settings import StageSettings
+
+TOPIC_PLACEHOLDER = "{aggregatetype}"
+
+
+class RelaySettings(StageSettings):
+    """How the relay reads the outbox and writes Kafka. The outbox's names come from `[outbox]`."""
+
+    toml_section: ClassVar[str] = "relay"
+
+    pg_dsn: SecretStr = Field(
+        SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
+        description="libpq connection string (the relay role needs SELECT and DELETE on the outbox)",
+    )
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    topic_pattern: str = Field(
+        "outbox.event.{aggregatetype}",
+        description="topic of an event; {aggregatetype} is replaced (Debezium EventRouter's default)",
+    )
+    allowed_aggregate_types: frozenset[str] = Field(
+        frozenset(),
+        description="if not empty, events of any other aggregate type go to the dead-letter table",
+    )
+    batch_size: int = Field(2000, ge=1, le=100_000, description="most rows taken from the outbox at once")
+    poll_interval_s: float = Field(
+        2.0, gt=0, description="fallback wake-up when no NOTIFY arrives (NOTIFY wakes the relay at once)"
+    )
+    standby_retry_s: float = Field(1.0, gt=0, description="how often a standby relay tries to take over")
+    delivery_timeout_s: float = Field(
+        30.0, gt=0, description="how long Kafka may take to acknowledge a batch before it is retried"
+    )
+    backoff_max_s: float = Field(30.0, gt=0, description="longest wait between reconnect attempts")
+    metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus metrics on 127.0.0.1 (0: off)")
+    backlog_interval_s: float = Field(5.0, gt=0, description="how often the backlog (count, oldest age) is read")
+    linger_ms: float = Field(1.0, ge=0, description="producer linger.ms: how long a batch may wait to fill")
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        if TOPIC_PLACEHOLDER not in value:
+            raise ValueError(f"the topic pattern must contain {TOPIC_PLACEHOLDER}")
+        if not re.fullmatch(r"[A-Za-z0-9._-]*", value.replace(TOPIC_PLACEHOLDER, "")):
+            raise ValueError("besides {aggregatetype}, a topic pattern may hold only letters, digits, '.', '_' and '-'")
+        return value
+
+    def topic_for(self, aggregate_type: str) -> str:
+        return self.topic_pattern.replace(TOPIC_PLACEHOLDER, aggregate_type)

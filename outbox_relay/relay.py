@@ -1,0 +1,433 @@
+"""The outbox relay: outbox rows -> Kafka, in the wire format of Debezium's Outbox Event Router.
+
+One batch, in one Postgres transaction:
+  1. DELETE the oldest visible rows (by `seq`) RETURNING them: they are locked, and invisible to nobody
+     else, until the transaction ends;
+  2. produce them to Kafka (idempotent producer, acks=all) and wait until Kafka acknowledged every one;
+  3. move rows that can never be published to the dead-letter table, and COMMIT.
+A crash before the COMMIT rolls the DELETE back: the rows are sent again (the event id lets consumers drop
+the copy); nothing acknowledged-but-lost, nothing lost. If Kafka does not acknowledge, the transaction rolls
+back and the batch is retried with backoff.
+
+Only one relay publishes: the one holding a session advisory lock on the outbox. Others wait as standbys
+and take the lock over the moment Postgres ends the leader's session (its process died, or its connection).
+The leader sleeps on LISTEN: the outbox's NOTIFY trigger wakes it at commit; the poll interval is a fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from psycopg import sql
+from psycopg.abc import Buffer
+from psycopg.adapt import Loader
+
+from outbox_relay.config import RelaySettings
+from outbox_relay.errors import KafkaUnavailableError
+from outbox_relay.metrics import RelayMetrics
+from schemas.config import OutboxNames
+
+log = logging.getLogger("cdcpipe.relay")
+
+# The producer refuses anything larger than this itself (librdkafka's message.max.bytes).
+PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
+# Record overhead beyond key, value and headers (batch and record headers), so the size check is safe.
+RECORD_OVERHEAD_BYTES = 256
+LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+# Errors after which the same message will never be accepted: the row becomes a dead letter.
+PERMANENT_ERRORS = {
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.INVALID_MSG_SIZE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.TOPIC_EXCEPTION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._INVALID_ARG,
+}
+
+
+class _RawText(Loader):
+    """Text columns as the bytes Postgres sent: a payload goes to Kafka without a decode and re-encode."""
+
+    def load(self, data: Buffer) -> bytes:
+        return bytes(data)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One outbox row as the relay reads it (text columns as raw bytes)."""
+
+    seq: int
+    id: bytes
+    aggregatetype: bytes
+    aggregateid: bytes
+    type: bytes
+    type_version: bytes
+    payload: bytes | None
+    created_epoch: float
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why rows of an aggregate type can never be published (`kind` labels the metric)."""
+
+    reason: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A row that goes to the dead-letter table instead of Kafka."""
+
+    row: Row
+    reason: str
+    kind: str
+
+
+class Relay:
+    """The leader loop. `run()` returns when `stop` is set; the batch in flight is finished first."""
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        names: OutboxNames,
+        *,
+        stop: threading.Event | None = None,
+        metrics: RelayMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.names = names
+        self.stop = stop or threading.Event()
+        self.metrics = metrics or RelayMetrics()
+        self._producer = self._new_producer()
+        self._admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "logger": log})  # type: ignore[dict-item]
+        self._topic_limits: dict[bytes, tuple[str, int] | Refusal] = {}
+        self._fatal = False
+        self._failures: list[tuple[Message, KafkaError]] = []
+        outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
+        dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
+        self._take = sql.SQL(
+            "WITH taken AS (DELETE FROM {outbox} WHERE seq IN (SELECT seq FROM {outbox} ORDER BY seq LIMIT %s) "
+            "RETURNING seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at) "
+            "SELECT seq, id::text, aggregatetype, aggregateid, type, type_version::text, payload::text, "
+            "extract(epoch FROM created_at)::float8 FROM taken ORDER BY seq"
+        ).format(outbox=outbox)
+        self._bury = sql.SQL(
+            "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
+            "VALUES (%s, %s::uuid, %s, %s, %s, %s::integer, %s::jsonb, to_timestamp(%s), %s)"
+        ).format(dead=dead)
+        self._backlog = sql.SQL(
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM {}"
+        ).format(outbox)
+        self._lock_key = f"{names.outbox_schema}.{names.outbox_table}"
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Be the leader (or wait to become it) and publish until stopped; survive Postgres outages."""
+        backoff = _Backoff(self.settings.backoff_max_s)
+        while not self.stop.is_set():
+            try:
+                with self._connect() as conn:
+                    if not self._lead(conn):
+                        break
+                    backoff.reset()
+                    self._serve(conn)
+            except psycopg.OperationalError as exc:
+                self.metrics.errors.labels("postgres").inc()
+                delay = backoff.next()
+                log.warning("postgres unreachable or connection lost (%s); retrying in %.1fs", _one_line(exc), delay)
+                self.stop.wait(delay)
+            finally:
+                self.metrics.leader.set(0)
+        remaining = self._producer.flush(self.settings.delivery_timeout_s)
+        log.info("relay stopped%s", f" ({remaining} messages unacknowledged)" if remaining else "")
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(
+            self.settings.pg_dsn.get_secret_value(),
+            autocommit=True,
+            application_name=f"cdcpipe-relay:{os.getpid()}",
+            connect_timeout=5,
+            # Notice a dead server (or a cut network) in about 15s, not the kernel's two hours.
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=5,
+        )
+        conn.adapters.register_loader("text", _RawText)
+        return conn
+
+    def _lead(self, conn: psycopg.Connection[Any]) -> bool:
+        """Wait until this relay holds the outbox's leader lock; False if stopped first."""
+        announced = False
+        while not self.stop.is_set():
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(hashtext('cdcpipe.relay'), hashtext(%s))", (self._lock_key,)
+            ).fetchone()
+            if row and row[0]:
+                log.info("leader for %s: publishing", self._lock_key)
+                self.metrics.leader.set(1)
+                return True
+            if not announced:
+                log.info("standby for %s: another relay is publishing; taking over when it stops", self._lock_key)
+                announced = True
+            self.stop.wait(self.settings.standby_retry_s)
+        return False
+
+    def _serve(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.notify_channel)))
+        kafka_backoff = _Backoff(self.settings.backoff_max_s)
+        backlog = _BacklogProbe(self, stop_when=self.stop)
+        backlog.start()
+        try:
+            while not self.stop.is_set():
+                try:
+                    taken = self._relay_batch(conn)
+                    kafka_backoff.reset()
+                except KafkaUnavailableError as exc:
+                    self.metrics.errors.labels("kafka").inc()
+                    delay = kafka_backoff.next()
+                    log.warning("%s; the batch stays in the outbox, retrying in %.1fs", exc, delay)
+                    self.stop.wait(delay)
+                    continue
+                if taken < self.settings.batch_size:
+                    self._sleep_until_rows(conn)
+        finally:
+            backlog.stop()
+
+    def _sleep_until_rows(self, conn: psycopg.Connection[Any]) -> None:
+        """Block on LISTEN until a NOTIFY (a commit into the outbox), the fallback interval, or stop.
+
+        psycopg keeps notifications that arrived during a batch and yields them first, so a commit that
+        happened while the relay was busy wakes it at once instead of being missed.
+        """
+        deadline = time.monotonic() + self.settings.poll_interval_s
+        while not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            # Slices of at most 0.5s, so a stop request is seen promptly.
+            for _ in conn.notifies(timeout=min(left, 0.5), stop_after=1):
+                return
+
+    # --- one batch ---------------------------------------------------------------------------------------
+
+    def _relay_batch(self, conn: psycopg.Connection[Any]) -> int:
+        with conn.transaction():
+            rows = [Row(*r) for r in conn.execute(self._take, (self.settings.batch_size,)).fetchall()]
+            if not rows:
+                return 0
+            dead = self._publish(rows)
+            if dead:
+                with conn.cursor() as cur:
+                    cur.executemany(self._bury, [_dead_params(d) for d in dead])
+        self.metrics.batches.inc()
+        self.metrics.batch_size.observe(len(rows))
+        self.metrics.published.inc(len(rows) - len(dead))
+        for d in dead:
+            self.metrics.dead_letters.labels(d.kind).inc()
+            log.error("dead letter: outbox seq %d (event %s): %s", d.row.seq, d.row.id.decode(), d.reason)
+        return len(rows)
+
+    def _publish(self, rows: Sequence[Row]) -> list[DeadLetter]:
+        """Produce every row and wait for Kafka; return the rows that can never be published."""
+        dead: list[DeadLetter] = []
+        self._failures.clear()
+        producer = self._producer
+        for row in rows:
+            target = self._topic_limits.get(row.aggregatetype) or self._resolve_topic(row.aggregatetype)
+            if isinstance(target, Refusal):
+                dead.append(DeadLetter(row, target.reason, target.kind))
+                continue
+            topic, limit = target
+            size = len(row.payload or b"") + len(row.aggregateid) + len(row.id) + len(row.type) + RECORD_OVERHEAD_BYTES
+            if size > limit:
+                dead.append(
+                    DeadLetter(
+                        row,
+                        f"record of about {size} bytes exceeds the {limit} bytes topic {topic} accepts "
+                        "(max.message.bytes); shrink the payload or raise the topic's limit",
+                        "too_large",
+                    )
+                )
+                continue
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("id", row.id),
+                ("eventType", row.type),
+                ("eventVersion", row.type_version),
+            ]
+            while True:
+                try:
+                    producer.produce(
+                        topic, value=row.payload, key=row.aggregateid, headers=headers, on_delivery=self._delivered
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
+                except KafkaException as exc:
+                    dead.append(DeadLetter(row, f"Kafka refused the record: {exc.args[0]}", "refused"))
+                    break
+        remaining = producer.flush(self.settings.delivery_timeout_s + 5)
+        if self._fatal:
+            # An idempotent producer in a fatal state refuses everything from now on: start a fresh one.
+            self._fatal = False
+            self._producer = self._new_producer()
+            raise KafkaUnavailableError("the producer hit a fatal error and was replaced")
+        if remaining:
+            raise KafkaUnavailableError(f"Kafka did not acknowledge {remaining} of {len(rows)} records in time")
+        acked_at = time.time()
+        retry = [(m, e) for m, e in self._failures if e.code() not in PERMANENT_ERRORS]
+        if retry:
+            message, error = retry[0]
+            raise KafkaUnavailableError(
+                f"{len(retry)} of {len(rows)} records not acknowledged "
+                f"(first: {message.topic()}: {error.name()}: {error.str()})"
+            )
+        if self._failures:
+            by_id = {row.id: row for row in rows}
+            for message, error in self._failures:
+                event_id = dict(message.headers() or [])["id"]
+                assert isinstance(event_id, bytes)  # noqa: S101 - the relay set it as bytes
+                dead.append(
+                    DeadLetter(by_id[event_id], f"Kafka rejected the record: {error.name()}: {error.str()}", "rejected")
+                )
+        dead_seqs = {d.row.seq for d in dead}
+        for row in rows:
+            if row.seq not in dead_seqs:
+                self.metrics.publish_latency.observe(acked_at - row.created_epoch)
+        return dead
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failures.append((message, error))
+            self._fatal = self._fatal or error.fatal()
+
+    def _resolve_topic(self, aggregate_type_raw: bytes) -> tuple[str, int] | Refusal:
+        """The topic of an aggregate type and the largest record it takes; or why it can have none."""
+        aggregate_type = aggregate_type_raw.decode(errors="replace")
+        allowed = self.settings.allowed_aggregate_types
+        topic = self.settings.topic_for(aggregate_type)
+        result: tuple[str, int] | Refusal
+        if allowed and aggregate_type not in allowed:
+            result = Refusal(
+                f"aggregate type {aggregate_type!r} is not in CDCPIPE_ALLOWED_AGGREGATE_TYPES "
+                f"({sorted(allowed)}); add it there to publish these events",
+                "not_allowed",
+            )
+        elif not LEGAL_TOPIC.fullmatch(topic):
+            result = Refusal(
+                f"aggregate type {aggregate_type!r} gives the topic name {topic!r}, which Kafka "
+                "does not allow (letters, digits, '.', '_', '-'; at most 249)",
+                "bad_topic",
+            )
+        else:
+            result = (topic, self._max_record_bytes(topic))
+        self._topic_limits[aggregate_type_raw] = result
+        return result
+
+    def _max_record_bytes(self, topic: str) -> int:
+        """The topic's max.message.bytes (the broker's default for a topic not created yet)."""
+        resources = [ConfigResource(ResourceType.TOPIC, topic), ConfigResource(ResourceType.BROKER, "1")]
+        limit = PRODUCER_MAX_MESSAGE_BYTES
+        for resource, key in zip(resources, ("max.message.bytes", "message.max.bytes"), strict=True):
+            try:
+                configs = self._admin.describe_configs([resource], request_timeout=10)[resource].result()
+            except KafkaException:
+                continue  # no such topic yet (Kafka creates it on first produce): try the broker's default
+            if key in configs:
+                return min(limit, int(configs[key].value))
+        return limit
+
+    def _new_producer(self) -> Producer:
+        return Producer(
+            {
+                "bootstrap.servers": self.settings.kafka_bootstrap,
+                "client.id": f"cdcpipe-relay-{os.getpid()}",
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": self.settings.linger_ms,
+                "message.timeout.ms": int(self.settings.delivery_timeout_s * 1000),
+                "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
+                "queue.buffering.max.messages": max(100_000, 2 * self.settings.batch_size),
+                "logger": log,
+            }
+        )
+
+    def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
+        row = conn.execute(self._backlog).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+
+def _dead_params(dead: DeadLetter) -> tuple[object, ...]:
+    r = dead.row
+    text = [
+        None if v is None else v.decode(errors="replace")
+        for v in (r.id, r.aggregatetype, r.aggregateid, r.type, r.type_version, r.payload)
+    ]
+    return (r.seq, *text, r.created_epoch, dead.reason)
+
+
+class _BacklogProbe(threading.Thread):
+    """Reads the backlog on a connection of its own, so a slow count never delays a batch."""
+
+    def __init__(self, relay: Relay, stop_when: threading.Event) -> None:
+        super().__init__(name="cdcpipe-relay-backlog", daemon=True)
+        self._relay = relay
+        self._halt = threading.Event()
+        self._outer = stop_when
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        interval = self._relay.settings.backlog_interval_s
+        conn: psycopg.Connection[Any] | None = None
+        while not self._halt.is_set() and not self._outer.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(
+                        self._relay.settings.pg_dsn.get_secret_value(),
+                        autocommit=True,
+                        application_name="cdcpipe-relay-backlog",
+                        connect_timeout=5,
+                    )
+                count, age = self._relay.read_backlog(conn)
+                self._relay.metrics.backlog.set(count)
+                self._relay.metrics.backlog_age.set(age)
+            except psycopg.Error:
+                conn = None  # the main loop reports outages; here they only pause the gauge
+            self._halt.wait(interval)
+        if conn is not None:
+            conn.close()
+
+
+class _Backoff:
+    """Exponential backoff from 0.2s up to a ceiling, reset after a success."""
+
+    def __init__(self, ceiling_s: float) -> None:
+        self._ceiling = ceiling_s
+        self._next = 0.2
+
+    def reset(self) -> None:
+        self._next = 0.2
+
+    def next(self) -> float:
+        delay = self._next
+        self._next = min(self._next * 2, self._ceiling)
+        return delay
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())

@@ -1,0 +1,75 @@
+"""Names of the outbox objects (`[outbox]` in the settings file, `CDCPIPE_*` in the environment).
+
+Every name here reaches SQL only as a quoted identifier (psycopg.sql.Identifier), never as text.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, SecretStr, field_validator
+
+from cdcpipe.settings import StageSettings
+
+# Postgres truncates longer names silently, which would make two settings name one object.
+MAX_IDENTIFIER_BYTES = 63
+
+
+def check_identifier(value: str) -> str:
+    """Accept any name Postgres can hold as one quoted identifier; quoting makes it inert."""
+    if not value:
+        raise ValueError("a name cannot be empty")
+    if "\x00" in value:
+        raise ValueError("a name cannot contain a NUL byte")
+    if len(value.encode()) > MAX_IDENTIFIER_BYTES:
+        raise ValueError(f"a name is at most {MAX_IDENTIFIER_BYTES} bytes (Postgres would cut it)")
+    return value
+
+
+class OutboxNames(StageSettings):
+    """Where the outbox lives. Shared by `schema apply`, `emit` and the relay, so all agree."""
+
+    toml_section: ClassVar[str] = "outbox"
+
+    outbox_schema: str = Field("cdcpipe", description="Postgres schema of the outbox tables")
+    outbox_table: str = Field("outbox", description="the outbox table (Debezium EventRouter columns)")
+
+    @field_validator("outbox_schema", "outbox_table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        return check_identifier(value)
+
+    @property
+    def dead_letter_table(self) -> str:
+        return check_identifier(f"{self.outbox_table}_dead_letter")
+
+    @property
+    def sequence(self) -> str:
+        return check_identifier(f"{self.outbox_table}_seq")
+
+    @property
+    def notify_channel(self) -> str:
+        """The LISTEN/NOTIFY channel an insert into the outbox signals (any text is a valid channel)."""
+        return f"cdcpipe_outbox:{self.outbox_schema}.{self.outbox_table}"
+
+
+class SchemaSettings(StageSettings):
+    """What `cdcpipe schema apply` creates besides the outbox tables, and as whom (`[schema]`)."""
+
+    toml_section: ClassVar[str] = "schema"
+
+    pg_dsn: SecretStr = Field(
+        SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
+        description="libpq connection string of a role that may create schemas and roles",
+    )
+    writer_role: str = Field("cdcpipe_writer", description="role that may only insert into the outbox")
+    relay_role: str = Field("cdcpipe_relay", description="role that may only read and remove outbox rows")
+    writer_password: SecretStr | None = Field(None, description="if set, the writer role may log in with it")
+    relay_password: SecretStr | None = Field(None, description="if set, the relay role may log in with it")
+    publication: str = Field("cdcpipe_outbox", description="publication of the outbox table for Debezium")
+    heartbeat_table: str = Field("debezium_heartbeat", description="table Debezium's heartbeat query updates")
+
+    @field_validator("writer_role", "relay_role", "publication", "heartbeat_table")
+    @classmethod
+    def _names(cls, value: str) -> str:
+        return check_identifier(value)

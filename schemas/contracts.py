@@ -1,0 +1,134 @@
+"""Event contracts: one JSON Schema file per event type and version, `<EventType>.v<N>.json`.
+
+The project's own contracts live in `schemas/contracts/`; a user adds folders of their own with
+`CDCPIPE_CONTRACT_DIRS` (colon-separated). Each file declares the aggregate type its events belong to
+(`x-aggregate-type`). Writers (`emit`) and readers (the streaming jobs) validate against the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError as JsonSchemaError
+from jsonschema.exceptions import ValidationError
+
+from schemas.errors import ContractError, ContractViolationError, UnknownEventTypeError
+
+BUILTIN_DIR = Path(__file__).parent / "contracts"
+DIRS_VARIABLE = "CDCPIPE_CONTRACT_DIRS"
+_FILE_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9_.-]*)\.v(?P<version>[1-9][0-9]*)\.json$")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One event type at one version."""
+
+    event_type: str
+    version: int
+    aggregate_type: str
+    schema: Mapping[str, Any]
+    path: Path
+    validator: Draft202012Validator = field(repr=False, compare=False)
+
+    def validate(self, payload: object) -> None:
+        """Raise ContractViolationError naming the first field that breaks the contract."""
+        error = _first_error(self.validator.iter_errors(payload))
+        if error is not None:
+            raise ContractViolationError(self.event_type, self.version, _field_path(error), error.message)
+
+
+def _first_error(errors: Iterable[ValidationError]) -> ValidationError | None:
+    ordered = sorted(errors, key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    return ordered[0] if ordered else None
+
+
+def _field_path(error: ValidationError) -> str:
+    path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    if error.validator == "required":
+        # The error sits on the parent object; the missing property is the field the user must add.
+        missing = re.match(r"'([^']*)' is a required property", error.message)
+        if missing:
+            path += f".{missing.group(1)}"
+    return path
+
+
+class ContractRegistry:
+    """Every contract found in a list of folders; a later folder may not redefine an earlier contract."""
+
+    def __init__(self, folders: Iterable[Path]) -> None:
+        self._contracts: dict[tuple[str, int], Contract] = {}
+        for folder in folders:
+            if not folder.is_dir():
+                raise ContractError(f"contract folder {folder} does not exist; fix {DIRS_VARIABLE}")
+            for path in sorted(folder.glob("*.json")):
+                contract = _load(path)
+                key = (contract.event_type, contract.version)
+                if key in self._contracts:
+                    raise ContractError(
+                        f"{path}: {contract.event_type} v{contract.version} is already defined by "
+                        f"{self._contracts[key].path}; a version is never redefined, add v{contract.version + 1}"
+                    )
+                self._contracts[key] = contract
+
+    def get(self, event_type: str, version: int | None = None) -> Contract:
+        """The contract of `event_type` at `version`, or at its latest version when none is given."""
+        versions = sorted(v for (t, v) in self._contracts if t == event_type)
+        if not versions:
+            known = ", ".join(sorted({t for t, _ in self._contracts})) or "none"
+            raise UnknownEventTypeError(
+                f"no contract for event type {event_type!r} (known: {known}); "
+                f"add schemas/contracts/{event_type}.v1.json or a folder in {DIRS_VARIABLE}"
+            )
+        chosen = versions[-1] if version is None else version
+        if chosen not in versions:
+            raise UnknownEventTypeError(
+                f"{event_type} has no version {chosen} (versions: {versions}); add {event_type}.v{chosen}.json"
+            )
+        return self._contracts[(event_type, chosen)]
+
+    def __iter__(self) -> Iterator[Contract]:
+        return iter(sorted(self._contracts.values(), key=lambda c: (c.event_type, c.version)))
+
+    def __len__(self) -> int:
+        return len(self._contracts)
+
+
+def _load(path: Path) -> Contract:
+    match = _FILE_NAME.match(path.name)
+    if match is None:
+        raise ContractError(f"{path}: a contract file is named <EventType>.v<N>.json, like AccountOpened.v1.json")
+    try:
+        schema = json.loads(path.read_text())
+        Draft202012Validator.check_schema(schema)
+    except (json.JSONDecodeError, JsonSchemaError) as exc:
+        raise ContractError(f"{path}: not a valid JSON Schema ({exc})") from exc
+    aggregate_type = schema.get("x-aggregate-type")
+    if not isinstance(aggregate_type, str) or not aggregate_type:
+        raise ContractError(f'{path}: declare the aggregate type, e.g. "x-aggregate-type": "account"')
+    return Contract(
+        event_type=match["type"],
+        version=int(match["version"]),
+        aggregate_type=aggregate_type,
+        schema=schema,
+        path=path,
+        validator=Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER),
+    )
+
+
+@cache
+def _registry_for(dirs: tuple[Path, ...]) -> ContractRegistry:
+    return ContractRegistry(dirs)
+
+
+def default_registry() -> ContractRegistry:
+    """The built-in contracts plus the folders in $CDCPIPE_CONTRACT_DIRS (loaded once per process)."""
+    extra = [Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p]
+    return _registry_for((BUILTIN_DIR, *extra))

@@ -1,0 +1,34 @@
+"""Errors of the schema stage: the outbox DDL, identifiers and event contracts."""
+
+from __future__ import annotations
+
+from cdcpipe.errors import CdcpipeError, ConfigError
+
+
+class SchemaError(CdcpipeError):
+    """The outbox schema could not be applied or read."""
+
+
+class InvalidIdentifierError(ConfigError, SchemaError):
+    """A configured table, schema or role name that Postgres cannot hold as one identifier."""
+
+
+class ContractError(SchemaError):
+    """An event contract file is missing or broken."""
+
+
+class UnknownEventTypeError(ContractError):
+    """No contract exists for an event type and version."""
+
+
+class ContractViolationError(SchemaError):
+    """A payload breaks its event contract. `field` is the JSON path of the first problem."""
+
+    def __init__(self, event_type: str, version: int, field: str, problem: str) -> None:
+        super().__init__(
+            f"{event_type} v{version}: payload field {field}: {problem}; fix the payload to match "
+            f"schemas/contracts/{event_type}.v{version}.json (nothing was written)"
+        )
+        self.event_type = event_type
+        self.version = version
+        self.field = field

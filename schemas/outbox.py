@@ -1,0 +1,159 @@
+"""The outbox table, its dead letters, the roles and what Debezium needs: `cdcpipe schema apply`.
+
+Ordering. A row's `seq` is given by a BEFORE INSERT trigger *after* it takes a transaction-scoped advisory
+lock on the row's aggregate. A second transaction writing an event of the same aggregate therefore waits
+at its insert until the first one commits or aborts, and only then draws its `seq`: within an aggregate,
+`seq` order is commit order. The relay publishes visible rows in `seq` order and removes them once Kafka
+has them, so a transaction that commits late is still in the table when it becomes visible: no cursor,
+nothing to skip.
+
+Waking. A statement-level AFTER INSERT trigger sends NOTIFY on the outbox's channel; Postgres delivers it
+at commit, so the relay wakes the moment a row becomes visible, never on a timer.
+
+Everything here is idempotent (IF NOT EXISTS, CREATE OR REPLACE, grants), and every configured name is
+passed as a quoted identifier or a literal, never spliced into SQL text.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+from pydantic import SecretStr
+
+from schemas.config import OutboxNames, SchemaSettings
+
+# The functions' bodies hold no configured name: the sequence arrives as a trigger argument (a literal).
+_ASSIGN_SEQ = """
+BEGIN
+    PERFORM pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtext(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME),
+        pg_catalog.hashtext(NEW.aggregatetype || E'\\x1f' || NEW.aggregateid));
+    NEW.seq := pg_catalog.nextval(TG_ARGV[0]::pg_catalog.regclass);
+    RETURN NEW;
+END
+"""
+
+_NOTIFY = """
+BEGIN
+    PERFORM pg_catalog.pg_notify(TG_ARGV[0], '');
+    RETURN NULL;
+END
+"""
+
+
+def qualified(names: OutboxNames, table: str) -> sql.Identifier:
+    """`"schema"."table"` for one of the outbox's objects."""
+    return sql.Identifier(names.outbox_schema, table)
+
+
+def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Composed]:
+    """Every statement `apply` runs, in order (also what `schema apply --dry-run` prints)."""
+    schema = sql.Identifier(names.outbox_schema)
+    outbox = qualified(names, names.outbox_table)
+    dead = qualified(names, names.dead_letter_table)
+    seq = qualified(names, names.sequence)
+    heartbeat = qualified(names, settings.heartbeat_table)
+    assign_fn = qualified(names, f"{names.outbox_table}_assign_seq")
+    notify_fn = qualified(names, f"{names.outbox_table}_notify")
+    writer, relay = sql.Identifier(settings.writer_role), sql.Identifier(settings.relay_role)
+    seq_literal = sql.Literal(f"{_quote_ident(names.outbox_schema)}.{_quote_ident(names.sequence)}")
+
+    return [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema),
+        sql.SQL("CREATE SEQUENCE IF NOT EXISTS {}").format(seq),
+        sql.SQL(
+            """CREATE TABLE IF NOT EXISTS {outbox} (
+                seq bigint NOT NULL PRIMARY KEY,
+                id uuid NOT NULL UNIQUE DEFAULT pg_catalog.gen_random_uuid(),
+                aggregatetype text NOT NULL CHECK (aggregatetype <> ''),
+                aggregateid text NOT NULL,
+                type text NOT NULL,
+                type_version integer NOT NULL DEFAULT 1,
+                payload jsonb,
+                created_at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp()
+            )"""
+        ).format(outbox=outbox),
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            outbox,
+            sql.Literal(
+                "cdcpipe outbox: columns as Debezium's EventRouter expects; seq (commit order per aggregate) "
+                "and the NOTIFY are set by triggers; the relay removes a row once Kafka acknowledged it"
+            ),
+        ),
+        sql.SQL(
+            """CREATE TABLE IF NOT EXISTS {dead} (
+                seq bigint NOT NULL PRIMARY KEY,
+                id uuid NOT NULL,
+                aggregatetype text NOT NULL,
+                aggregateid text NOT NULL,
+                type text NOT NULL,
+                type_version integer NOT NULL,
+                payload jsonb,
+                created_at timestamptz NOT NULL,
+                reason text NOT NULL,
+                failed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+            )"""
+        ).format(dead=dead),
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
+            "SET search_path = pg_catalog, pg_temp AS {body}"
+        ).format(fn=assign_fn, body=sql.Literal(_ASSIGN_SEQ)),
+        sql.SQL(
+            "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql "
+            "SET search_path = pg_catalog, pg_temp AS {body}"
+        ).format(fn=notify_fn, body=sql.Literal(_NOTIFY)),
+        sql.SQL("REVOKE ALL ON FUNCTION {}() FROM PUBLIC").format(assign_fn),
+        sql.SQL(
+            "CREATE OR REPLACE TRIGGER cdcpipe_assign_seq BEFORE INSERT ON {outbox} "
+            "FOR EACH ROW EXECUTE FUNCTION {fn}({seq})"
+        ).format(outbox=outbox, fn=assign_fn, seq=seq_literal),
+        sql.SQL(
+            "CREATE OR REPLACE TRIGGER cdcpipe_notify AFTER INSERT ON {outbox} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION {fn}({channel})"
+        ).format(outbox=outbox, fn=notify_fn, channel=sql.Literal(names.notify_channel)),
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (id integer PRIMARY KEY, beat timestamptz NOT NULL DEFAULT pg_catalog.now())"
+        ).format(heartbeat),
+        # Roles: created without login unless a password is configured, so an admin can also grant them.
+        *_role(settings.writer_role, settings.writer_password),
+        *_role(settings.relay_role, settings.relay_password),
+        sql.SQL("REVOKE ALL ON {outbox}, {dead} FROM PUBLIC").format(outbox=outbox, dead=dead),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(schema, writer, relay),
+        sql.SQL("GRANT INSERT ON {} TO {}").format(outbox, writer),
+        sql.SQL("GRANT SELECT, DELETE ON {} TO {}").format(outbox, relay),
+        sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(dead, relay),
+    ]
+
+
+def _role(name: str, password: SecretStr | None) -> list[sql.Composed]:
+    role = sql.Identifier(name)
+    create = sql.SQL(
+        "DO $cdcpipe$ BEGIN CREATE ROLE {} NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $cdcpipe$"
+    ).format(role)
+    if password is None:
+        return [create]
+    secret = password.get_secret_value()
+    return [create, sql.SQL("ALTER ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(secret))]
+
+
+def _quote_ident(name: str) -> str:
+    """The identifier as Postgres quotes it, for a regclass literal (a name, not SQL text)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def apply(conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings) -> None:
+    """Create or bring up to date every object, in one transaction: all of it, or nothing."""
+    with conn.transaction():
+        for statement in statements(names, settings):
+            conn.execute(statement)
+        _ensure_publication(conn, names, settings)
+
+
+def _ensure_publication(conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings) -> None:
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone()
+    if not exists:
+        conn.execute(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(settings.publication), qualified(names, names.outbox_table)
+            )
+        )
