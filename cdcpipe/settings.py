@@ -89,8 +89,13 @@ class StageSettings(BaseSettings):
             problems = []
             for err in exc.errors():
                 field = ".".join(str(p) for p in err["loc"])
+                declared = cls.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+                # A secret's value is never echoed, even when it is the invalid part.
+                shown = (
+                    "'**********'" if declared and "SecretStr" in str(declared.annotation) else repr(err.get("input"))
+                )
                 problems.append(
-                    f"{field}={err.get('input')!r}: {err['msg']} "
+                    f"{field}={shown}: {err['msg']} "
                     f"(set {ENV_PREFIX}{field.upper()} or [{cls.toml_section}] {field} in the settings file)"
                 )
             raise ConfigError("invalid settings: " + "; ".join(problems)) from exc

@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from outbox_relay.config import RelaySettings
+from schemas import outbox as schema_outbox
+from schemas.config import OutboxNames, SchemaSettings
 
 
 def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -96,8 +103,11 @@ def stack() -> Iterator[Stack]:
     started_here = "healthy after" in up.stdout
     exports = cdcpipe("stack", "env")
     assert exports.returncode == 0, exports.stderr
+    env = parse_exports(exports.stdout)
+    # libpq (psycopg, psql) in this process finds the password where `stack env` says, like any tool.
+    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     try:
-        yield Stack(env=parse_exports(exports.stdout), started_here=started_here)
+        yield Stack(env=env, started_here=started_here)
     finally:
         if started_here:
             down = cdcpipe("stack", "down")
@@ -114,3 +124,100 @@ def topic(request: pytest.FixtureRequest) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that restart the shared stack run last, so no other test sees it go down."""
     items.sort(key=lambda item: item.get_closest_marker("stack_lifecycle") is not None)
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """An outbox of its own for one test: a fresh Postgres schema, and topics under a fresh prefix."""
+
+    names: OutboxNames
+    schema_settings: SchemaSettings
+    dsn: str
+    tag: str
+
+    @property
+    def topic_pattern(self) -> str:
+        return f"test.{self.tag}.{{aggregatetype}}"
+
+    def topic(self, aggregate_type: str) -> str:
+        return self.topic_pattern.replace("{aggregatetype}", aggregate_type)
+
+    def relay_settings(self, stack: Stack, **overrides: object) -> RelaySettings:
+        values: dict[str, object] = {
+            "pg_dsn": self.dsn,
+            "kafka_bootstrap": stack.kafka_bootstrap,
+            "topic_pattern": self.topic_pattern,
+            "metrics_port": 0,
+            "poll_interval_s": 5.0,
+            "standby_retry_s": 0.5,
+        }
+        values.update(overrides)
+        return RelaySettings.load(**values)
+
+    def relay_env(self, stack: Stack, **overrides: str) -> dict[str, str]:
+        """Environment for `cdcpipe relay run` as a separate process on this outbox."""
+        env = stack.process_env()
+        env.update(
+            {
+                "CDCPIPE_PG_DSN": self.dsn,
+                "CDCPIPE_OUTBOX_SCHEMA": self.names.outbox_schema,
+                "CDCPIPE_TOPIC_PATTERN": self.topic_pattern,
+                "CDCPIPE_METRICS_PORT": "0",
+                "CDCPIPE_STANDBY_RETRY_S": "0.5",
+                "CDCPIPE_BACKOFF_MAX_S": "2",
+            }
+        )
+        env.update(overrides)
+        return env
+
+    def count(self, table: str | None = None) -> int:
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(
+                sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(self.names.outbox_schema, table or self.names.outbox_table)
+                )
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def insert(self, rows: list[tuple[str, str, str, object]]) -> list[str]:
+        """Insert raw outbox rows (aggregatetype, aggregateid, type, payload) in one transaction.
+
+        As any writer may, without `emit`. Returns the event ids in insert order.
+        """
+        ids = [str(uuid.uuid4()) for _ in rows]
+        with psycopg.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.executemany(
+                sql.SQL(
+                    "INSERT INTO {} (id, aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s, %s)"
+                ).format(sql.Identifier(self.names.outbox_schema, self.names.outbox_table)),
+                [(i, t, a, e, None if p is None else Jsonb(p)) for i, (t, a, e, p) in zip(ids, rows, strict=True)],
+            )
+        return ids
+
+
+@pytest.fixture
+def outbox(stack: Stack) -> Iterator[Outbox]:
+    tag = uuid.uuid4().hex[:10]
+    names = OutboxNames.load(outbox_schema=f"t_{tag}")
+    settings = SchemaSettings.load(
+        pg_dsn=stack.pg_dsn,
+        publication=f"pub_{tag}",
+        writer_password=TEST_WRITER_PASSWORD,
+        relay_password=TEST_RELAY_PASSWORD,
+    )
+    with psycopg.connect(stack.pg_dsn) as conn:
+        schema_outbox.apply(conn, names, settings)
+    yield Outbox(names=names, schema_settings=settings, dsn=stack.pg_dsn, tag=tag)
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(names.outbox_schema)))
+        conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(settings.publication)))
+
+
+TEST_WRITER_PASSWORD = "test-writer-password"  # noqa: S105 - a throwaway role password on a loopback test stack
+TEST_RELAY_PASSWORD = "test-relay-password"  # noqa: S105
+
+
+def role_dsn(dsn: str, role: str, password: str) -> str:
+    """The same database as `dsn`, as another role."""
+    return psycopg.conninfo.make_conninfo(dsn, user=role, password=password)

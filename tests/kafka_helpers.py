@@ -1,0 +1,50 @@
+"""Reading topics back in tests: an independent consumer that reads from the beginning."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: float = 60) -> list[Record]:
+    """Every record of `topics` from the beginning, until `expected` arrived or the time is up."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    consumer.subscribe(topics)
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            for m in consumer.consume(num_messages=10_000, timeout=0.5):
+                if m.error() is not None:
+                    continue  # e.g. the topic does not exist yet
+                raw_headers = m.headers() or []
+                pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+                headers = {str(k): v if isinstance(v, bytes) else (v or "").encode() for k, v in pairs}
+                records.append(
+                    Record(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(), m.value(), headers)
+                )
+    finally:
+        consumer.close()
+    return records

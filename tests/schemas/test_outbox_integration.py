@@ -1,0 +1,178 @@
+"""`cdcpipe schema apply` and `emit` against the real Postgres."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cdcpipe.errors import ConfigError
+from schemas import outbox as schema_outbox
+from schemas.config import OutboxNames, SchemaSettings
+from schemas.emit import emit
+from schemas.errors import ContractViolationError, SchemaError
+from tests.conftest import TEST_RELAY_PASSWORD, TEST_WRITER_PASSWORD, Outbox, Stack, cdcpipe, role_dsn
+
+pytestmark = pytest.mark.integration
+
+ACCOUNT = {"account_id": "a-1", "owner": "Ann", "currency": "EUR"}
+
+
+def test_apply_is_idempotent_and_creates_what_debezium_needs(stack: Stack, outbox: Outbox) -> None:
+    with psycopg.connect(stack.pg_dsn) as conn:
+        schema_outbox.apply(conn, outbox.names, outbox.schema_settings)  # a second time: no error, no change
+        columns: dict[str, str] = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+                (outbox.names.outbox_schema, outbox.names.outbox_table),
+            ).fetchall()
+        )
+        published = conn.execute(
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+            (outbox.schema_settings.publication,),
+        ).fetchall()
+    for column, kind in {
+        "id": "uuid",
+        "aggregatetype": "text",
+        "aggregateid": "text",
+        "type": "text",
+        "payload": "jsonb",
+    }.items():
+        assert columns[column] == kind
+    assert published == [(outbox.names.outbox_schema, outbox.names.outbox_table)]
+
+
+def test_schema_apply_command(stack: Stack) -> None:
+    env = {**stack.process_env(), "CDCPIPE_OUTBOX_SCHEMA": "cli_apply_test", "CDCPIPE_PUBLICATION": "cli_apply_test"}
+    try:
+        for _ in range(2):
+            result = cdcpipe("schema", "apply", env=env)
+            assert result.returncode == 0, result.stderr
+            assert "outbox cli_apply_test.outbox ready" in result.stdout
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS cli_apply_test CASCADE")
+            conn.execute("DROP PUBLICATION IF EXISTS cli_apply_test")
+
+
+def test_hostile_names_are_quoted_never_executed(stack: Stack) -> None:
+    hostile = 'a"; drop table x; --'
+    names = OutboxNames.load(outbox_schema=hostile, outbox_table=hostile)
+    settings = SchemaSettings.load(pg_dsn=stack.pg_dsn, publication=hostile)
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS public.x (n int)")
+    try:
+        with psycopg.connect(stack.pg_dsn) as conn:
+            schema_outbox.apply(conn, names, settings)
+            emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=names)
+            conn.commit()
+            assert conn.execute("SELECT to_regclass('public.x')").fetchone() == ("x",)
+            stored = conn.execute(
+                sql.SQL("SELECT aggregateid FROM {}").format(sql.Identifier(hostile, hostile))
+            ).fetchall()
+            assert stored == [("a-1",)]
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(hostile)))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(hostile)))
+            conn.execute("DROP TABLE public.x")
+
+
+def test_a_name_postgres_would_truncate_is_rejected() -> None:
+    with pytest.raises(ConfigError, match="at most 63 bytes"):
+        OutboxNames.load(outbox_table="t" * 64)
+
+
+def test_emit_writes_inside_the_callers_transaction(outbox: Outbox) -> None:
+    with psycopg.connect(outbox.dsn) as conn:
+        emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+        conn.rollback()
+        assert outbox.count() == 0, "a rolled-back transaction took its event with it"
+        event_id = emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+        conn.commit()
+    with psycopg.connect(outbox.dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT id, aggregatetype, aggregateid, type, type_version, payload FROM {}").format(
+                sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
+            )
+        ).fetchone()
+    assert row == (event_id, "account", "a-1", "AccountOpened", 1, ACCOUNT)
+
+
+@pytest.mark.parametrize(
+    ("aggregate_type", "event_type", "payload", "field"),
+    [
+        ("account", "AccountOpened", {"account_id": "a-1", "owner": "Ann"}, "$.currency"),
+        ("account", "AccountOpened", {**ACCOUNT, "currency": "euro"}, "$.currency"),
+        ("account", "MoneyDeposited", {"account_id": "a-1", "amount": -5, "currency": "EUR"}, "$.amount"),
+        ("transfer", "AccountOpened", ACCOUNT, "aggregate_type"),
+    ],
+)
+def test_an_invalid_event_names_the_field_and_writes_nothing(
+    outbox: Outbox, aggregate_type: str, event_type: str, payload: dict[str, object], field: str
+) -> None:
+    with psycopg.connect(outbox.dsn) as conn:
+        with pytest.raises(ContractViolationError) as raised:
+            emit(conn, aggregate_type, "a-1", event_type, payload, names=outbox.names)
+        conn.commit()
+    assert raised.value.field == field
+    assert outbox.count() == 0
+
+
+def test_emit_refuses_to_commit_on_its_own(outbox: Outbox) -> None:
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        with pytest.raises(SchemaError, match="needs the caller's transaction"):
+            emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+        with conn.transaction():
+            emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+    assert outbox.count() == 1
+
+
+def test_roles_have_least_privilege(outbox: Outbox) -> None:
+    table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
+    dead = sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
+    writer = role_dsn(outbox.dsn, outbox.schema_settings.writer_role, TEST_WRITER_PASSWORD)
+    relay = role_dsn(outbox.dsn, outbox.schema_settings.relay_role, TEST_RELAY_PASSWORD)
+    with psycopg.connect(writer) as conn:
+        emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+        conn.commit()
+        for forbidden in ("SELECT * FROM {}", "DELETE FROM {}", "UPDATE {} SET type = 'x'"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(sql.SQL(forbidden).format(table))
+            conn.rollback()
+    with psycopg.connect(relay) as conn:
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (1,)
+        conn.execute(sql.SQL("SELECT count(*) FROM {}").format(dead))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(
+                sql.SQL("INSERT INTO {} (aggregatetype, aggregateid, type) VALUES ('a', 'b', 'c')").format(table)
+            )
+        conn.rollback()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql.SQL("UPDATE {} SET type = 'x'").format(table))
+        conn.rollback()
+        conn.execute(sql.SQL("DELETE FROM {}").format(table))
+        conn.commit()
+    assert outbox.count() == 0
+
+
+def test_one_aggregate_waits_for_the_other_writer_so_seq_is_commit_order(outbox: Outbox) -> None:
+    """Two transactions emitting for one aggregate: the second one's insert waits until the first commits."""
+    with psycopg.connect(outbox.dsn) as first, psycopg.connect(outbox.dsn) as second:
+        emit(first, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
+        second.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            emit(
+                second,
+                "account",
+                "a-1",
+                "MoneyDeposited",
+                {"account_id": "a-1", "amount": 1, "currency": "EUR"},
+                names=outbox.names,
+            )
+        second.rollback()
+        # Another aggregate is not held up.
+        second.execute("SET lock_timeout = '300ms'")
+        emit(second, "account", "a-2", "AccountOpened", {**ACCOUNT, "account_id": "a-2"}, names=outbox.names)
+        second.commit()
+        first.commit()
