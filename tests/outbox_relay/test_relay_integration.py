@@ -1,0 +1,341 @@
+"""The relay against the real Postgres and Kafka: wire format, no skips, order, crashes, takeover, dead letters."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg import sql
+
+from outbox_relay.config import RelaySettings
+from outbox_relay.relay import Relay
+from schemas.emit import emit
+from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
+from tests.kafka_helpers import Record, read_topics
+
+pytestmark = pytest.mark.integration
+
+
+@contextmanager
+def relay_thread(settings: RelaySettings, outbox: Outbox) -> Iterator[Relay]:
+    """A relay running in this process until the block ends."""
+    stop = threading.Event()
+    relay = Relay(settings, outbox.names, stop=stop)
+    thread = threading.Thread(target=relay.run, name="test-relay", daemon=True)
+    thread.start()
+    try:
+        yield relay
+    finally:
+        stop.set()
+        thread.join(60)
+        assert not thread.is_alive(), "the relay did not stop within 60s of being asked"
+
+
+def relay_process(stack: Stack, outbox: Outbox, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """`cdcpipe relay run` as its own process, the way users run it."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cdcpipe", "relay", "run"],
+            env=outbox.relay_env(stack, **env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def wait_until(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def by_key(records: list[Record]) -> dict[bytes, list[bytes]]:
+    """Event ids per key in Kafka order, first occurrence only (a resend after a crash is a duplicate)."""
+    seen: set[bytes] = set()
+    keyed: dict[bytes, list[bytes]] = defaultdict(list)
+    for r in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
+        event_id = r.headers["id"]
+        if event_id not in seen:
+            seen.add(event_id)
+            keyed[r.key or b""].append(event_id)
+    return keyed
+
+
+def test_wire_format_is_debeziums_eventrouter_and_kcat_reads_it(stack: Stack, outbox: Outbox) -> None:
+    # Published by the least-privileged relay role, as in production.
+    relay_dsn = role_dsn(outbox.dsn, outbox.schema_settings.relay_role, TEST_RELAY_PASSWORD)
+    events: list[tuple[str, str, str, dict[str, object]]] = [
+        ("account", "acc-1", "AccountOpened", {"account_id": "acc-1", "owner": "Ann", "currency": "EUR"}),
+        ("account", "acc-1", "MoneyDeposited", {"account_id": "acc-1", "amount": 250, "currency": "EUR"}),
+        (
+            "transfer",
+            "tr-9",
+            "TransferCompleted",
+            {"transfer_id": "tr-9", "from_account": "acc-1", "to_account": "acc-2", "amount": 100, "currency": "EUR"},
+        ),
+    ]
+    with psycopg.connect(outbox.dsn) as conn:
+        ids = [str(emit(conn, t, a, e, p, names=outbox.names)) for t, a, e, p in events]
+        conn.commit()
+    with relay_thread(outbox.relay_settings(stack, pg_dsn=relay_dsn), outbox):
+        wait_until(lambda: outbox.count() == 0, 30, "the relay to take the rows")
+    lines = []
+    for aggregate_type in ("account", "transfer"):
+        out = subprocess.run(
+            [
+                "kcat",
+                "-b",
+                stack.kafka_bootstrap,
+                "-C",
+                "-t",
+                outbox.topic(aggregate_type),
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                "%t\t%k\t%h\t%s\n",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        lines += out.splitlines()
+    assert len(lines) == 3
+    for line, event_id, (aggregate_type, aggregate_id, event_type, payload) in zip(lines, ids, events, strict=True):
+        topic, key, headers, value = line.split("\t")
+        assert topic == f"test.{outbox.tag}.{aggregate_type}"
+        assert key == aggregate_id
+        assert dict(h.split("=", 1) for h in headers.split(",")) == {
+            "id": event_id,
+            "eventType": event_type,
+            "eventVersion": "1",
+        }
+        assert json.loads(value) == payload
+
+
+def test_a_late_commit_is_published_and_each_aggregate_keeps_commit_order(stack: Stack, outbox: Outbox) -> None:
+    """A late commit is published; per aggregate, Kafka order is commit order.
+
+    Writers emit *before* they lock their business row, so only the outbox trigger keeps seq in commit
+    order; one transaction takes its seq early and commits seconds later, after thousands of others.
+    """
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS public.relay_test_accounts (id text PRIMARY KEY, version int)")
+        conn.execute("CREATE TABLE IF NOT EXISTS public.relay_test_commits (event_id uuid, id text, version int)")
+        conn.execute(
+            "INSERT INTO public.relay_test_accounts SELECT 'acc-' || g, 0 FROM generate_series(0, 9) g "
+            "ON CONFLICT (id) DO UPDATE SET version = 0"
+        )
+        conn.execute("TRUNCATE public.relay_test_commits")
+
+    def writer(worker: int, count: int) -> None:
+        with psycopg.connect(outbox.dsn) as conn:
+            for i in range(count):
+                account = f"acc-{(worker * 7 + i) % 10}"
+                event_id = emit(
+                    conn,
+                    "account",
+                    account,
+                    "MoneyDeposited",
+                    {"account_id": account, "amount": 1 + i, "currency": "EUR"},
+                    names=outbox.names,
+                )
+                version = conn.execute(
+                    "UPDATE public.relay_test_accounts SET version = version + 1 WHERE id = %s RETURNING version",
+                    (account,),
+                ).fetchone()
+                assert version is not None
+                conn.execute(
+                    "INSERT INTO public.relay_test_commits VALUES (%s, %s, %s)", (event_id, account, version[0])
+                )
+                conn.commit()
+
+    with relay_thread(outbox.relay_settings(stack, batch_size=200), outbox), psycopg.connect(outbox.dsn) as slow:
+        late_id = emit(
+            slow,
+            "account",
+            "acc-late",
+            "AccountOpened",
+            {"account_id": "acc-late", "owner": "Late", "currency": "EUR"},
+            names=outbox.names,
+        )
+        workers = [threading.Thread(target=writer, args=(w, 400)) for w in range(4)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        published_before_late = read_topics(stack.kafka_bootstrap, [outbox.topic("account")], 1600, timeout_s=60)
+        assert len(published_before_late) >= 1600, "the relay must not wait for the open transaction"
+        slow.commit()
+        records = read_topics(stack.kafka_bootstrap, [outbox.topic("account")], 1601, timeout_s=60)
+
+    ids = {r.headers["id"] for r in records}
+    assert str(late_id).encode() in ids, "the transaction that committed late was skipped"
+    assert len(ids) == 1601
+    with psycopg.connect(outbox.dsn) as conn:
+        commits = conn.execute(
+            "SELECT event_id::text, id FROM public.relay_test_commits ORDER BY id, version"
+        ).fetchall()
+    expected: dict[bytes, list[bytes]] = defaultdict(list)
+    for event_id, account in commits:
+        expected[account.encode()].append(event_id.encode())
+    published = by_key(records)
+    for account, order in expected.items():
+        assert published[account] == order, f"{account!r}: Kafka order differs from commit order"
+
+
+def test_sigkill_mid_stream_loses_nothing(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    total = 20_000
+    process = relay_process(stack, outbox, tmp_path / "relay.log", CDCPIPE_BATCH_SIZE="500")
+    ids: list[str] = []
+    try:
+        for start in range(0, total, 1000):
+            ids += outbox.insert(
+                [("order", f"o-{i % 50}", "OrderPlaced", {"n": i}) for i in range(start, start + 1000)]
+            )
+            if start == 8000:
+                wait_until(lambda: outbox.count() < 9000 - 500, 30, "the relay to be mid-stream")
+                process.send_signal(signal.SIGKILL)
+                process.wait(10)
+                process = relay_process(stack, outbox, tmp_path / "relay.log", CDCPIPE_BATCH_SIZE="500")
+        wait_until(lambda: outbox.count() == 0, 120, "the restarted relay to drain the outbox")
+    finally:
+        process.terminate()
+        process.wait(30)
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], total, timeout_s=60)
+    assert {r.headers["id"].decode() for r in records} == set(ids)
+    # One writer, so insert order is commit order; per key, the first copies keep it.
+    expected: dict[bytes, list[bytes]] = defaultdict(list)
+    for i, event_id in enumerate(ids):
+        expected[f"o-{i % 50}".encode()].append(event_id.encode())
+    assert by_key(records) == expected
+
+
+def leader_pid(outbox: Outbox) -> int | None:
+    """The pid of the relay process holding this outbox's leader lock (from its application_name)."""
+    with psycopg.connect(outbox.dsn) as conn:
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::int = hashtext('cdcpipe.relay') "
+            "AND l.objid::int = hashtext(%s)",
+            (f"{outbox.names.outbox_schema}.{outbox.names.outbox_table}",),
+        ).fetchone()
+    return int(row[0].split(":")[1]) if row else None
+
+
+def test_a_standby_takes_over_within_seconds_when_the_leader_dies(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    first = relay_process(stack, outbox, tmp_path / "first.log")
+    wait_until(lambda: leader_pid(outbox) == first.pid, 30, "the first relay to lead")
+    second = relay_process(stack, outbox, tmp_path / "second.log")
+    try:
+        time.sleep(2)
+        assert leader_pid(outbox) == first.pid, "the standby must not publish while the leader lives"
+        ids = outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(500)])
+        wait_until(lambda: outbox.count() == 0, 30, "the leader to publish")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        killed_at = time.monotonic()
+        wait_until(lambda: leader_pid(outbox) == second.pid, 15, "the standby to take over")
+        takeover_s = time.monotonic() - killed_at
+        ids += outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(500, 1000)])
+        wait_until(lambda: outbox.count() == 0, 30, "the new leader to publish")
+    finally:
+        for p in (first, second):
+            p.terminate()
+            p.wait(30)
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1000, timeout_s=60)
+    assert {r.headers["id"].decode() for r in records} == set(ids)
+    assert "standby for" in (tmp_path / "second.log").read_text()
+    sys.stderr.write(f"standby took over {takeover_s:.1f}s after the leader was killed\n")
+
+
+def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows(stack: Stack, outbox: Outbox) -> None:
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    small_topic = outbox.topic("limited")
+    admin.create_topics([NewTopic(small_topic, 1, 1, config={"max.message.bytes": "20000"})])[small_topic].result(30)
+    ids = outbox.insert(
+        [
+            ("limited", "k", "Note", {"text": "small before"}),
+            ("limited", "k", "Note", {"text": "x" * 50_000}),
+            ("limited", "k", "Note", {"text": "small after"}),
+            ("forbidden", "k", "Note", {"text": "an aggregate type nobody allowed"}),
+            ("bad/topic name", "k", "Note", {"text": "no topic can carry this"}),
+        ]
+    )
+    settings = outbox.relay_settings(stack, allowed_aggregate_types=frozenset({"limited", "bad/topic name"}))
+    with relay_thread(settings, outbox) as relay:
+        wait_until(lambda: outbox.count() == 0, 30, "the relay to take every row")
+        too_large = relay.metrics.registry.get_sample_value("cdcpipe_relay_dead_letters_total", {"reason": "too_large"})
+        assert too_large == 1
+    records = read_topics(stack.kafka_bootstrap, [small_topic], 2, timeout_s=30)
+    assert [json.loads(r.value or b"")["text"] for r in records] == ["small before", "small after"]
+    with psycopg.connect(outbox.dsn) as conn:
+        dead = dict(
+            conn.execute(
+                sql.SQL("SELECT id::text, reason FROM {} ORDER BY seq").format(
+                    sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
+                )
+            ).fetchall()
+        )
+    assert set(dead) == {ids[1], ids[3], ids[4]}
+    assert "max.message.bytes" in dead[ids[1]]
+    assert small_topic in dead[ids[1]]
+    assert "CDCPIPE_ALLOWED_AGGREGATE_TYPES" in dead[ids[3]]
+    assert "does not allow" in dead[ids[4]]
+
+
+def test_sigterm_finishes_in_flight_work_and_exits_zero(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    process = relay_process(stack, outbox, tmp_path / "relay.log", CDCPIPE_BATCH_SIZE="1000")
+    ids = outbox.insert([("order", f"o-{i % 10}", "OrderPlaced", {"n": i}) for i in range(5000)])
+    wait_until(lambda: outbox.count() < 5000, 30, "the relay to start publishing")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(30) == 0, (tmp_path / "relay.log").read_text()
+    left = outbox.count()
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 5000 - left, timeout_s=30)
+    published = {r.headers["id"].decode() for r in records}
+    # What left the outbox is in Kafka, what is not in Kafka is still in the outbox: nothing in between.
+    assert len(published) == 5000 - left
+    assert published <= set(ids)
+
+
+def test_a_commit_wakes_the_relay_at_once_and_an_idle_relay_uses_no_cpu(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    # A 60s fallback poll: only NOTIFY can explain a prompt delivery.
+    process = relay_process(stack, outbox, tmp_path / "relay.log", CDCPIPE_POLL_INTERVAL_S="60")
+    try:
+        wait_until(lambda: leader_pid(outbox) == process.pid, 30, "the relay to lead")
+        time.sleep(1)
+        before = cpu_seconds(process.pid)
+        time.sleep(5)
+        idle_cpu = cpu_seconds(process.pid) - before
+        started = time.monotonic()
+        outbox.insert([("order", "o-1", "OrderPlaced", {"n": 1})])
+        records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1, timeout_s=20)
+        delivered_s = time.monotonic() - started
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert len(records) == 1
+    assert delivered_s < 10, f"took {delivered_s:.1f}s: the relay was not woken by NOTIFY"
+    assert idle_cpu < 0.05, f"an idle relay used {idle_cpu:.3f}s of CPU in 5s"
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
