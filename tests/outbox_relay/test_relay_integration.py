@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
 
 from outbox_relay.config import RelaySettings
@@ -285,7 +285,7 @@ def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows
     records = read_topics(stack.kafka_bootstrap, [small_topic], 2, timeout_s=30)
     assert [json.loads(r.value or b"")["text"] for r in records] == ["small before", "small after"]
     with psycopg.connect(outbox.dsn) as conn:
-        dead = dict(
+        dead: dict[str, str] = dict(
             conn.execute(
                 sql.SQL("SELECT id::text, reason FROM {} ORDER BY seq").format(
                     sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
