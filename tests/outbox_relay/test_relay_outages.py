@@ -1,0 +1,67 @@
+"""The relay rides out a Kafka outage and a Postgres restart, and resumes by itself (short fault tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infra import stack as local_stack
+from infra.config import StackSettings
+from infra.services import Kafka, Postgres, Service
+from tests.conftest import Outbox, Stack
+from tests.kafka_helpers import read_topics
+from tests.outbox_relay.test_relay_integration import relay_process, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
+
+
+def stop_service(stack: Stack, service: type[Service]) -> StackSettings:
+    """Stop one service of the shared stack (only a stack this session started is ours to stop)."""
+    if not stack.started_here:
+        pytest.skip("the stack was not started by this test session; it is not ours to stop")
+    settings = StackSettings.load(home=stack.home)
+    assert service(settings).process.stop(), f"{service.name} was not running"
+    return settings
+
+
+def restart(settings: StackSettings) -> None:
+    local_stack.up(settings, spark_cluster=True, report=lambda _: None)
+
+
+def test_kafka_outage_the_relay_retries_and_resumes(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    log = tmp_path / "relay.log"
+    process = relay_process(stack, outbox, log, CDCPIPE_DELIVERY_TIMEOUT_S="3", CDCPIPE_BACKOFF_MAX_S="2")
+    try:
+        ids = outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(100)])
+        wait_until(lambda: outbox.count() == 0, 30, "the first events to be published")
+        settings = stop_service(stack, Kafka)
+        ids += outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(100, 200)])
+        wait_until(lambda: "retrying" in log.read_text(), 30, "the relay to report the outage")
+        assert outbox.count() == 100, "nothing may leave the outbox while Kafka is down"
+        restart(settings)
+        wait_until(lambda: outbox.count() == 0, 90, "the relay to resume after Kafka came back")
+    finally:
+        process.terminate()
+        process.wait(30)
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 200, timeout_s=60)
+    assert {r.headers["id"].decode() for r in records} == set(ids)
+
+
+def test_postgres_restart_the_relay_reconnects(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    log = tmp_path / "relay.log"
+    process = relay_process(stack, outbox, log, CDCPIPE_BACKOFF_MAX_S="2")
+    try:
+        ids = outbox.insert([("order", "o-1", "OrderPlaced", {"n": i}) for i in range(50)])
+        wait_until(lambda: outbox.count() == 0, 30, "the first events to be published")
+        settings = stop_service(stack, Postgres)
+        wait_until(lambda: "postgres unreachable" in log.read_text(), 30, "the relay to report the outage")
+        restart(settings)
+        ids += outbox.insert([("order", "o-1", "OrderPlaced", {"n": i}) for i in range(50, 100)])
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to reconnect and publish")
+        assert process.poll() is None, "the relay exited instead of reconnecting"
+    finally:
+        process.terminate()
+        process.wait(30)
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 100, timeout_s=60)
+    assert {r.headers["id"].decode() for r in records} == set(ids)
