@@ -29,6 +29,7 @@ lint: install
 
 typecheck: install
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict bench
 
 unit: install
 	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
@@ -55,8 +56,12 @@ clean:
 	-$(CDCPIPE) stack down --purge
 
 # Benchmarks print JSON (and write it under bench/results/); they are not part of `make test`.
+# stack_startup measures `stack up` itself, so it runs with the stack down; the relay benchmark needs it up.
 bench: install
+	$(CDCPIPE) stack down
 	$(PY) bench/stack_startup.py
+	$(CDCPIPE) stack up
+	$(PY) bench/relay_bench.py
 
 # Fault and soak runs (long versions of the fault tests in `make test`) arrive with the relay and the jobs.
 chaos: install

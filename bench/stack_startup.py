@@ -13,6 +13,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from infra import stack
 from infra.config import StackSettings
@@ -27,7 +28,7 @@ def main() -> None:
     settings = StackSettings.load()
     if any(row.pid for row in stack.status(settings)):
         raise SystemExit("stop the stack first (cdcpipe stack down): this measures start-up")
-    runs = []
+    runs: list[dict[str, Any]] = []
     for _ in range(args.runs):
         began = time.monotonic()
         started = stack.up(settings, spark_cluster=True, report=lambda _: None)

@@ -41,7 +41,7 @@ class RelaySettings(StageSettings):
     backoff_max_s: float = Field(30.0, gt=0, description="longest wait between reconnect attempts")
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus metrics on 127.0.0.1 (0: off)")
     backlog_interval_s: float = Field(5.0, gt=0, description="how often the backlog (count, oldest age) is read")
-    linger_ms: float = Field(1.0, ge=0, description="producer linger.ms: how long a batch may wait to fill")
+    linger_ms: float = Field(0.0, ge=0, description="producer linger.ms (0: send at once; the relay batches itself)")
 
     @field_validator("topic_pattern")
     @classmethod

@@ -31,6 +31,13 @@ class RelayMetrics:
             registry=r,
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60),
         )
+        self.stage_seconds = Histogram(
+            "cdcpipe_relay_batch_stage_seconds",
+            "time a batch spends in each stage: take (the DELETE), ack (produce until Kafka acknowledged), commit",
+            ["stage"],
+            registry=r,
+            buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5),
+        )
         self.backlog = Gauge("cdcpipe_relay_backlog_events", "rows waiting in the outbox", registry=r)
         self.backlog_age = Gauge(
             "cdcpipe_relay_backlog_oldest_age_seconds", "age of the oldest row waiting in the outbox", registry=r

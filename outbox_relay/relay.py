@@ -96,6 +96,31 @@ class DeadLetter:
     kind: str
 
 
+def take_sql(names: OutboxNames) -> sql.Composed:
+    """Remove the oldest visible rows, at most %s of them, and return them in seq order."""
+    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
+    return sql.SQL(
+        "WITH taken AS (DELETE FROM {outbox} WHERE seq IN (SELECT seq FROM {outbox} ORDER BY seq LIMIT %s) "
+        "RETURNING seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at) "
+        "SELECT seq, id::text, aggregatetype, aggregateid, type, type_version::text, payload::text, "
+        "extract(epoch FROM created_at)::float8 FROM taken ORDER BY seq"
+    ).format(outbox=outbox)
+
+
+def producer_config(settings: RelaySettings) -> dict[str, str | int | float | bool]:
+    """The relay's producer: idempotent, acks=all, so a retried send can neither duplicate nor reorder."""
+    return {
+        "bootstrap.servers": settings.kafka_bootstrap,
+        "client.id": f"cdcpipe-relay-{os.getpid()}",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": settings.linger_ms,
+        "message.timeout.ms": int(settings.delivery_timeout_s * 1000),
+        "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
+        "queue.buffering.max.messages": max(100_000, 2 * settings.batch_size),
+    }
+
+
 class Relay:
     """The leader loop. `run()` returns when `stop` is set; the batch in flight is finished first."""
 
@@ -118,12 +143,7 @@ class Relay:
         self._failures: list[tuple[Message, KafkaError]] = []
         outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
         dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
-        self._take = sql.SQL(
-            "WITH taken AS (DELETE FROM {outbox} WHERE seq IN (SELECT seq FROM {outbox} ORDER BY seq LIMIT %s) "
-            "RETURNING seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at) "
-            "SELECT seq, id::text, aggregatetype, aggregateid, type, type_version::text, payload::text, "
-            "extract(epoch FROM created_at)::float8 FROM taken ORDER BY seq"
-        ).format(outbox=outbox)
+        self._take = take_sql(names)
         self._bury = sql.SQL(
             "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
             "VALUES (%s, %s::uuid, %s, %s, %s, %s::integer, %s::jsonb, to_timestamp(%s), %s)"
@@ -225,14 +245,22 @@ class Relay:
     # --- one batch ---------------------------------------------------------------------------------------
 
     def _relay_batch(self, conn: psycopg.Connection[Any]) -> int:
+        stage = self.metrics.stage_seconds
+        began = time.perf_counter()
         with conn.transaction():
             rows = [Row(*r) for r in conn.execute(self._take, (self.settings.batch_size,)).fetchall()]
             if not rows:
                 return 0
+            taken = time.perf_counter()
             dead = self._publish(rows)
             if dead:
                 with conn.cursor() as cur:
                     cur.executemany(self._bury, [_dead_params(d) for d in dead])
+            acked = time.perf_counter()
+        committed = time.perf_counter()
+        stage.labels("take").observe(taken - began)
+        stage.labels("ack").observe(acked - taken)
+        stage.labels("commit").observe(committed - acked)
         self.metrics.batches.inc()
         self.metrics.batch_size.observe(len(rows))
         self.metrics.published.inc(len(rows) - len(dead))
