@@ -1,0 +1,133 @@
+"""A small client of the Kafka Connect REST API: every call cdcpipe needs, errors as types.
+
+A 409 (the workers are rebalancing) is retried with backoff, never reported as a failure; a worker that does
+not answer is a ConnectUnavailableError that names the URL; any other 4xx/5xx carries Connect's own message.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from connectors.config import ConnectSettings
+from connectors.errors import ConnectError, ConnectorNotFoundError, ConnectUnavailableError, RebalanceInProgressError
+
+JSON = dict[str, Any]
+
+
+class ConnectClient:
+    """Calls on one Connect cluster. Use as a context manager, or call close()."""
+
+    def __init__(self, settings: ConnectSettings, transport: httpx.BaseTransport | None = None) -> None:
+        self.settings = settings
+        self._http = httpx.Client(base_url=settings.connect_url, timeout=settings.connect_timeout_s, transport=transport)
+
+    def __enter__(self) -> ConnectClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- the REST calls ---------------------------------------------------------------------------------
+
+    def connectors(self) -> list[str]:
+        result: list[str] = self._call("GET", "/connectors")
+        return sorted(result)
+
+    def config(self, name: str) -> dict[str, str] | None:
+        """The stored config (placeholders such as ${env:...} unresolved), or None if no such connector."""
+        try:
+            result: dict[str, str] = self._call("GET", f"/connectors/{_q(name)}/config")
+        except ConnectorNotFoundError:
+            return None
+        return result
+
+    def put_config(self, name: str, config: dict[str, str]) -> JSON:
+        """Create the connector, or replace its config."""
+        result: JSON = self._call("PUT", f"/connectors/{_q(name)}/config", json=config)
+        return result
+
+    def validate(self, config: dict[str, str]) -> JSON:
+        connector_class = config.get("connector.class", "")
+        result: JSON = self._call("PUT", f"/connector-plugins/{_q(connector_class)}/config/validate", json=config)
+        return result
+
+    def status(self, name: str) -> JSON:
+        result: JSON = self._call("GET", f"/connectors/{_q(name)}/status")
+        return result
+
+    def pause(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{_q(name)}/pause")
+
+    def resume(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{_q(name)}/resume")
+
+    def stop(self, name: str) -> None:
+        self._call("PUT", f"/connectors/{_q(name)}/stop")
+
+    def restart(self, name: str, *, only_failed: bool = False) -> None:
+        params = {"includeTasks": "true", "onlyFailed": str(only_failed).lower()}
+        self._call("POST", f"/connectors/{_q(name)}/restart", params=params)
+
+    def delete(self, name: str) -> None:
+        self._call("DELETE", f"/connectors/{_q(name)}")
+
+    def offsets(self, name: str) -> JSON:
+        result: JSON = self._call("GET", f"/connectors/{_q(name)}/offsets")
+        return result
+
+    def reset_offsets(self, name: str) -> JSON:
+        result: JSON = self._call("DELETE", f"/connectors/{_q(name)}/offsets")
+        return result
+
+    # --- transport and errors --------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        delay = 0.25
+        for attempt in range(self.settings.connect_retries + 1):
+            try:
+                return self._once(method, path, **kwargs)
+            except RebalanceInProgressError:
+                if attempt == self.settings.connect_retries:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, method: str, path: str, **kwargs: Any) -> Any:
+        url = f"{self.settings.connect_url}{path}"
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ConnectUnavailableError(
+                f"Kafka Connect at {self.settings.connect_url} does not answer ({type(exc).__name__}); is the worker "
+                "running (`cdcpipe stack status`)? Set CDCPIPE_CONNECT_URL if it listens elsewhere."
+            ) from exc
+        if response.status_code < 300:
+            return response.json() if response.content else None
+        message = _message(response)
+        if response.status_code == 409:
+            raise RebalanceInProgressError(f"{method} {url}: {message}")
+        if response.status_code == 404:
+            raise ConnectorNotFoundError(f"{method} {url}: {message} (`cdcpipe connectors list` shows what exists)")
+        raise ConnectError(f"{method} {url} -> HTTP {response.status_code}: {message}")
+
+
+def _q(part: str) -> str:
+    return quote(part, safe="")
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body, dict) and "message" in body:
+        return str(body["message"])
+    return str(body)[:500]
