@@ -23,7 +23,9 @@ class ConnectClient:
 
     def __init__(self, settings: ConnectSettings, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
-        self._http = httpx.Client(base_url=settings.connect_url, timeout=settings.connect_timeout_s, transport=transport)
+        self._http = httpx.Client(
+            base_url=settings.connect_url, timeout=settings.connect_timeout_s, transport=transport
+        )
 
     def __enter__(self) -> ConnectClient:
         return self

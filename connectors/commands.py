@@ -10,7 +10,7 @@ from typing import Any
 from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
-from connectors.definitions import Change, Definition
+from connectors.definitions import Change
 from connectors.errors import ConnectError
 from connectors.slots import SlotStatus
 
@@ -57,17 +57,27 @@ class ConnectorReport:
 
 # Causes we recognise in a failed task's trace, and what to do about each.
 ADVICE = [
-    (re.compile(r"password authentication failed|no password supplied", re.I),
-     "the worker cannot log in to Postgres: check CDCPIPE_DEBEZIUM_PASSWORD in the Connect worker's environment "
-     "and run `cdcpipe schema apply` so the role's password matches"),
-    (re.compile(r"publication .* does not exist", re.I),
-     "the publication is missing: run `cdcpipe schema apply` (publication.autocreate.mode is disabled)"),
-    (re.compile(r"replication slot .* is active", re.I),
-     "another client holds the replication slot: give each connector its own slot.name"),
-    (re.compile(r"must be superuser or replication role|permission denied", re.I),
-     "the connector's role lacks a privilege: run `cdcpipe schema apply`, which grants REPLICATION and SELECT"),
-    (re.compile(r"Connection refused|Connection to .* refused", re.I),
-     "Postgres is not reachable from the worker: check database.hostname / database.port"),
+    (
+        re.compile(r"password authentication failed|no password supplied", re.I),
+        "the worker cannot log in to Postgres: check CDCPIPE_DEBEZIUM_PASSWORD in the Connect worker's environment "
+        "and run `cdcpipe schema apply` so the role's password matches",
+    ),
+    (
+        re.compile(r"publication .* does not exist", re.I),
+        "the publication is missing: run `cdcpipe schema apply` (publication.autocreate.mode is disabled)",
+    ),
+    (
+        re.compile(r"replication slot .* is active", re.I),
+        "another client holds the replication slot: give each connector its own slot.name",
+    ),
+    (
+        re.compile(r"must be superuser or replication role|permission denied", re.I),
+        "the connector's role lacks a privilege: run `cdcpipe schema apply`, which grants REPLICATION and SELECT",
+    ),
+    (
+        re.compile(r"Connection refused|Connection to .* refused", re.I),
+        "Postgres is not reachable from the worker: check database.hostname / database.port",
+    ),
     (re.compile(r"wal_level", re.I), "Postgres needs wal_level=logical (the cdcpipe stack sets it)"),
 ]
 
@@ -100,8 +110,13 @@ def status(client: ConnectClient, settings: ConnectSettings, name: str) -> Conne
     slot_name = config.get("slot.name") if "postgres" in config.get("connector.class", "").lower() else None
     slot = slots.slot_status(settings, slot_name) if slot_name else None
     return ConnectorReport(
-        name=name, state=str(connector.get("state", "UNKNOWN")), worker=str(connector.get("worker_id", "")),
-        tasks=tasks, slot_name=slot_name, slot=slot, advice=advice,
+        name=name,
+        state=str(connector.get("state", "UNKNOWN")),
+        worker=str(connector.get("worker_id", "")),
+        tasks=tasks,
+        slot_name=slot_name,
+        slot=slot,
+        advice=advice,
     )
 
 
@@ -116,6 +131,7 @@ class Deletion:
 
 
 def deletion(client: ConnectClient, settings: ConnectSettings, name: str) -> Deletion:
+    """What deleting `name` would touch: the connector, and what it leaves in Postgres."""
     config = client.config(name)
     if config is None:
         raise ConnectError(f"no connector named {name!r} (`cdcpipe connectors list` shows what exists)")
@@ -128,8 +144,9 @@ def deletion(client: ConnectClient, settings: ConnectSettings, name: str) -> Del
     )
 
 
-def delete(client: ConnectClient, settings: ConnectSettings, plan: Deletion, *, drop_slot: bool,
-           drop_publication: bool) -> list[str]:
+def delete(
+    client: ConnectClient, settings: ConnectSettings, plan: Deletion, *, drop_slot: bool, drop_publication: bool
+) -> list[str]:
     """Delete the connector, then (only if asked) its slot and publication. Returns what was done."""
     done = []
     client.delete(plan.name)
@@ -152,10 +169,3 @@ def reset_offsets(client: ConnectClient, name: str) -> dict[str, Any]:
             f"run `cdcpipe connectors stop {name}` first, then `cdcpipe connectors resume {name}` after the reset"
         )
     return client.reset_offsets(name)
-
-
-def definition_for(path: Path, name: str) -> Definition:
-    for d in definitions.load(path):
-        if d.name == name:
-            return d
-    raise ConnectError(f"no definition named {name!r} under {path}")

@@ -21,8 +21,15 @@ from connectors.errors import DefinitionError
 SUFFIXES = (".json", ".yaml", ".yml")
 # Keys Connect passes on instead of declaring: converter settings, Debezium's JDBC pass-through, topic creation.
 PASS_THROUGH_PREFIXES = (
-    "key.converter.", "value.converter.", "header.converter.", "driver.", "database.", "topic.creation.",
-    "errors.", "signal.", "notification.",
+    "key.converter.",
+    "value.converter.",
+    "header.converter.",
+    "driver.",
+    "database.",
+    "topic.creation.",
+    "errors.",
+    "signal.",
+    "notification.",
 )
 # A connector may not override the worker's clients (the worker's policy refuses it too; saying why here is kinder).
 FORBIDDEN_PREFIXES = ("producer.override.", "consumer.override.", "admin.override.")
@@ -69,14 +76,20 @@ def _definition(data: Any, path: Path) -> Definition:
     config = {str(k): _as_text(v) for k, v in data["config"].items()}
     problems: dict[str, list[str]] = {}
     if "connector.class" not in config:
-        problems["connector.class"] = ["missing: the plugin class, e.g. io.debezium.connector.postgresql.PostgresConnector"]
+        problems["connector.class"] = [
+            "missing: the plugin class, e.g. io.debezium.connector.postgresql.PostgresConnector"
+        ]
     for key, value in config.items():
         if key.startswith(FORBIDDEN_PREFIXES):
-            problems[key] = ["a connector may not override the worker's client settings "
-                             "(connector.client.config.override.policy=None); set it on the worker"]
+            problems[key] = [
+                "a connector may not override the worker's client settings "
+                "(connector.client.config.override.policy=None); set it on the worker"
+            ]
         elif SECRET_KEY.search(key) and value and not PROVIDER_REFERENCE.match(value):
-            problems[key] = ["a secret in plain text: use a config provider reference such as ${env:VAR} "
-                             "or ${file:/path/to/secrets.properties:key}"]
+            problems[key] = [
+                "a secret in plain text: use a config provider reference such as ${env:VAR} "
+                "or ${file:/path/to/secrets.properties:key}"
+            ]
     if problems:
         raise DefinitionError(str(path), problems)
     config.pop("name", None)
@@ -104,8 +117,9 @@ def check_against_plugin(definition: Definition, validation: dict[str, Any]) -> 
         if key in known or key.startswith(PASS_THROUGH_PREFIXES) or key == "name":
             continue
         guess = difflib.get_close_matches(key, sorted(known), n=1)
-        problems[key] = [f"unknown setting for {definition.connector_class}"
-                         + (f" (did you mean {guess[0]}?)" if guess else "")]
+        problems[key] = [
+            f"unknown setting for {definition.connector_class}" + (f" (did you mean {guess[0]}?)" if guess else "")
+        ]
     if problems:
         raise DefinitionError(f"{definition.source} ({definition.name})", problems)
 

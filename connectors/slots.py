@@ -42,8 +42,9 @@ def slot_status(settings: ConnectSettings, slot: str) -> SlotStatus | None:
     if row is None:
         return None
     name, plugin, active, retained, lag = row
-    return SlotStatus(str(name), None if plugin is None else str(plugin), bool(active), int(str(retained)),
-                      int(str(lag)))
+    return SlotStatus(
+        str(name), None if plugin is None else str(plugin), bool(active), int(str(retained)), int(str(lag))
+    )
 
 
 def drop_slot(settings: ConnectSettings, slot: str) -> None:
@@ -53,5 +54,6 @@ def drop_slot(settings: ConnectSettings, slot: str) -> None:
 
 
 def drop_publication(settings: ConnectSettings, publication: str) -> None:
+    """Drop a publication (a connector using it fails until it exists again)."""
     with _connect(settings) as conn:
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))

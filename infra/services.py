@@ -52,6 +52,23 @@ logger.reflections.level = ERROR
 """
 
 
+def secret(settings: StackSettings, name: str) -> str:
+    """A generated secret of the stack, kept in state/secrets/<name> (mode 0600), made on first use."""
+    folder = settings.state / "secrets"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / name
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(24) + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def secret_file(settings: StackSettings, name: str) -> Path:
+    """The file that holds a generated secret (made on first use): a path any command may print."""
+    secret(settings, name)
+    return settings.state / "secrets" / name
+
+
 def properties(values: dict[str, object]) -> str:
     """A Java .properties file body."""
     return "".join(f"{key}={value}\n" for key, value in values.items())
@@ -164,7 +181,7 @@ class Postgres(Service):
 
     @property
     def password_file(self) -> Path:
-        return self.secrets_dir / "pg_superuser_password"
+        return secret_file(self.settings, "pg_superuser_password")
 
     @property
     def pgpass_file(self) -> Path:
@@ -199,11 +216,7 @@ class Postgres(Service):
                 f"postgres: no server binary in {bin_dir}; run `make install` (it installs postgresql-15) "
                 "or set CDCPIPE_PG_BIN_DIR to the folder holding `postgres` and `initdb`"
             )
-        self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not self.password_file.exists():
-            self.password_file.write_text(secrets.token_urlsafe(24) + "\n")
-            self.password_file.chmod(0o600)
-        password = self.password_file.read_text().strip()
+        password = secret(self.settings, "pg_superuser_password")
         self.pgpass_file.write_text(f"127.0.0.1:*:*:{POSTGRES_SUPERUSER}:{password}\n")
         self.pgpass_file.chmod(0o600)
 
@@ -450,6 +463,19 @@ class Connect(Service):
                 }
             )
         )
+
+    def environment(self) -> dict[str, str]:
+        """What connector files reference through ${env:...}: where Postgres is, and the Debezium password.
+
+        The worker resolves these itself, so no connector definition holds a host or a secret.
+        """
+        return {
+            **os.environ,
+            "CDCPIPE_PG_HOST": "127.0.0.1",
+            "CDCPIPE_PG_PORT": str(self.settings.pg_port),
+            "CDCPIPE_PG_DATABASE": self.settings.pg_database,
+            "CDCPIPE_DEBEZIUM_PASSWORD": secret(self.settings, "debezium_password"),
+        }
 
     def command(self) -> list[str]:
         return self._java(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from infra.config import StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
-from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
+from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster, secret_file
 
 Report = Callable[[str], None]
 
@@ -168,6 +168,8 @@ def env_exports(settings: StackSettings) -> list[str]:
         "PGPASSFILE": str(postgres.pgpass_file),
         "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "CDCPIPE_CONNECT_URL": settings.connect_url,
+        # A path, not the secret: `cdcpipe schema apply` gives the Debezium role this password.
+        "CDCPIPE_DEBEZIUM_PASSWORD_FILE": str(secret_file(settings, "debezium_password")),
         "CDCPIPE_LAKE": str(settings.lake),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
     }

@@ -5,6 +5,7 @@ Every name here reaches SQL only as a quoted identifier (psycopg.sql.Identifier)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, SecretStr, field_validator
@@ -68,8 +69,42 @@ class SchemaSettings(StageSettings):
     relay_password: SecretStr | None = Field(None, description="if set, the relay role may log in with it")
     publication: str = Field("cdcpipe_outbox", description="publication of the outbox table for Debezium")
     heartbeat_table: str = Field("debezium_heartbeat", description="table Debezium's heartbeat query updates")
+    debezium_role: str = Field(
+        "cdcpipe_debezium", description="role of the Debezium connectors: REPLICATION, SELECT on what they capture"
+    )
+    debezium_password: SecretStr | None = Field(None, description="if set, the Debezium role may log in with it")
+    debezium_password_file: Path | None = Field(
+        None, description="file holding the Debezium role's password (`cdcpipe stack env` names the stack's one)"
+    )
+    tables_publication: str = Field("cdcpipe_tables", description="publication of the captured business tables")
+    captured_tables: tuple[str, ...] = Field(
+        (), description="business tables (schema.table) the table CDC connector captures, comma-separated"
+    )
 
-    @field_validator("writer_role", "relay_role", "publication", "heartbeat_table")
+    @field_validator(
+        "writer_role", "relay_role", "publication", "heartbeat_table", "debezium_role", "tables_publication"
+    )
     @classmethod
     def _names(cls, value: str) -> str:
         return check_identifier(value)
+
+    @field_validator("captured_tables", mode="before")
+    @classmethod
+    def _tables(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        for table in value if isinstance(value, list | tuple) else []:
+            schema, dot, name = str(table).partition(".")
+            if not dot:
+                raise ValueError(f"{table!r}: name each captured table as schema.table")
+            check_identifier(schema)
+            check_identifier(name)
+        return value
+
+    def debezium_secret(self) -> SecretStr | None:
+        """The Debezium role's password, from the setting or the file it names."""
+        if self.debezium_password is not None:
+            return self.debezium_password
+        if self.debezium_password_file is not None:
+            return SecretStr(self.debezium_password_file.read_text().strip())
+        return None

@@ -56,6 +56,7 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
     assign_fn = qualified(names, f"{names.outbox_table}_assign_seq")
     notify_fn = qualified(names, f"{names.outbox_table}_notify")
     writer, relay = sql.Identifier(settings.writer_role), sql.Identifier(settings.relay_role)
+    debezium = sql.Identifier(settings.debezium_role)
     seq_literal = sql.Literal(f"{_quote_ident(names.outbox_schema)}.{_quote_ident(names.sequence)}")
 
     return [
@@ -117,11 +118,25 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         # Roles: created without login unless a password is configured, so an admin can also grant them.
         *_role(settings.writer_role, settings.writer_password),
         *_role(settings.relay_role, settings.relay_password),
+        *_role(settings.debezium_role, settings.debezium_secret()),
+        # Debezium streams through a replication slot; it needs no superuser, only REPLICATION.
+        sql.SQL("ALTER ROLE {} REPLICATION").format(sql.Identifier(settings.debezium_role)),
         sql.SQL("REVOKE ALL ON {outbox}, {dead} FROM PUBLIC").format(outbox=outbox, dead=dead),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(schema, writer, relay),
         sql.SQL("GRANT INSERT ON {} TO {}").format(outbox, writer),
         sql.SQL("GRANT SELECT, DELETE ON {} TO {}").format(outbox, relay),
         sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(dead, relay),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, debezium),
+        sql.SQL("GRANT SELECT ON {} TO {}").format(outbox, debezium),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(heartbeat, debezium),
+        *[
+            statement
+            for table in settings.captured_tables
+            for statement in (
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(table.split(".", 1)[0]), debezium),
+                sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(*table.split(".", 1)), debezium),
+            )
+        ],
     ]
 
 
@@ -150,10 +165,16 @@ def apply(conn: psycopg.Connection[object], names: OutboxNames, settings: Schema
 
 
 def _ensure_publication(conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings) -> None:
-    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone()
-    if not exists:
-        conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(settings.publication), qualified(names, names.outbox_table)
-            )
-        )
+    """The outbox publication, and the business tables' one.
+
+    Each also carries the heartbeat table, so a heartbeat moves the slot of an idle source: no pinned WAL.
+    """
+    heartbeat = qualified(names, settings.heartbeat_table)
+    wanted = [(settings.publication, [qualified(names, names.outbox_table), heartbeat])]
+    if settings.captured_tables:
+        tables = [sql.Identifier(*t.split(".", 1)) for t in settings.captured_tables]
+        wanted.append((settings.tables_publication, [*tables, heartbeat]))
+    for publication, tables in wanted:
+        exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+        verb = "ALTER PUBLICATION {} SET TABLE {}" if exists else "CREATE PUBLICATION {} FOR TABLE {}"
+        conn.execute(sql.SQL(verb).format(sql.Identifier(publication), sql.SQL(", ").join(tables)))

@@ -205,6 +205,7 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
         publication=f"pub_{tag}",
         writer_password=TEST_WRITER_PASSWORD,
         relay_password=TEST_RELAY_PASSWORD,
+        debezium_password_file=Path(stack.env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"]),
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, names, settings)
