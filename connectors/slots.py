@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -47,10 +48,30 @@ def slot_status(settings: ConnectSettings, slot: str) -> SlotStatus | None:
     )
 
 
-def drop_slot(settings: ConnectSettings, slot: str) -> None:
-    """Drop a slot (the events it still holds are lost for its consumer)."""
+def drop_slot(settings: ConnectSettings, slot: str, wait_s: float = 30.0) -> None:
+    """Drop a slot (the events it still holds are lost for its consumer).
+
+    A connector that was just deleted keeps its slot active until its task has stopped, so this waits for
+    the slot to be released before dropping it.
+    """
+    deadline = time.monotonic() + wait_s
     with _connect(settings) as conn:
-        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        while True:
+            row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+            if row is None:
+                return
+            if row[0] is None:
+                break
+            if time.monotonic() > deadline:
+                raise ConnectError(
+                    f"replication slot {slot} is still in use by Postgres backend {row[0]} after {wait_s:.0f}s; "
+                    "stop whatever streams from it (another connector with this slot.name?) and drop it again"
+                )
+            time.sleep(0.5)
+        try:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        except psycopg.errors.ObjectInUse as exc:
+            raise ConnectError(f"replication slot {slot} was taken again before it could be dropped ({exc})") from exc
 
 
 def drop_publication(settings: ConnectSettings, publication: str) -> None:
