@@ -38,6 +38,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from hdrh.histogram import HdrHistogram
 from psycopg import sql
 
+from connectors import definitions, slots
+from connectors.client import ConnectClient
+from connectors.config import DEFINITIONS_DIR, ConnectSettings
 from infra.config import StackSettings
 from infra.stack import env_exports
 from outbox_relay.config import RelaySettings
@@ -52,7 +55,8 @@ BATCH = 2000
 
 
 def payload(scheduled_ns: int) -> str:
-    # jsonb orders keys by length, so "t" always comes first: the consumer reads it without parsing JSON.
+    # jsonb orders keys by length, so "t" always comes first (Debezium keeps that order): the consumer reads
+    # it without parsing JSON.
     return f'{{"t": {scheduled_ns}, "pad": "{PAD}"}}'
 
 
@@ -169,23 +173,84 @@ def wait_leader(dsn: str, names: OutboxNames, pid: int) -> None:
     raise SystemExit("the relay did not become leader within 30s")
 
 
-def drain(dsn: str, names: OutboxNames, count: int, relay_pid: int) -> dict[str, float]:
-    sampler = RssSampler(relay_pid)
-    sampler.start()
+def drain(dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, pid: int | None) -> dict[str, Any]:
+    """Commit `count` rows at once; time until a consumer has received every one of them from Kafka."""
+    consumer = at_end(bootstrap, topic)
+    sampler = RssSampler(pid) if pid else None
+    if sampler:
+        sampler.start()
     with psycopg.connect(dsn) as conn:
         copy_rows(conn, names, count)
-        conn.commit()  # the NOTIFY at this commit wakes the relay
+        conn.commit()  # the NOTIFY at this commit wakes the relay; Debezium sees the commit in the WAL
         began = time.perf_counter()
-        while not outbox_empty(conn, names):
-            conn.commit()
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - began
-    return {
+    received = 0
+    deadline = time.monotonic() + 600
+    while received < count and time.monotonic() < deadline:
+        received += sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.2) if m.error() is None)
+    elapsed = time.perf_counter() - began
+    consumer.close()
+    result: dict[str, Any] = {
         "events": count,
+        "received": received,
         "seconds": round(elapsed, 2),
-        "events_per_s": round(count / elapsed),
-        "relay_peak_rss_mib": sampler.stop(),
+        "events_per_s": round(received / elapsed),
     }
+    if sampler:
+        result["publisher_peak_rss_mib"] = sampler.stop()
+    return result
+
+
+def at_end(bootstrap: str, topic: str) -> Consumer:
+    """A consumer positioned at the end of every partition of `topic` (it sees only what comes next)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
+    consumer.consume(num_messages=1, timeout=1.0)  # join the partitions before anything is sent
+    return consumer
+
+
+# --- Debezium, for comparison -------------------------------------------------------------------------------
+
+
+def start_debezium(
+    connect: ConnectClient, settings: ConnectSettings, names: OutboxNames, tag: str, topic_prefix: str
+) -> str:
+    """The shipped outbox connector, pointed at the benchmark's outbox; returns its name once it streams."""
+    schema = names.outbox_schema
+    config = dict(definitions.load(DEFINITIONS_DIR / "outbox.json")[0].config)
+    config.update(
+        {
+            "topic.prefix": f"bench_{tag}",
+            "slot.name": f"bench_{tag}",
+            "publication.name": f"pub_{schema}",
+            "table.include.list": f"{schema}\\.outbox,{schema}\\.debezium_heartbeat",
+            "predicates.isOutbox.pattern": f"bench_{tag}\\.{schema}\\.outbox",
+            "transforms.outbox.route.topic.replacement": f"{topic_prefix}${{routedByValue}}",
+            "heartbeat.action.query": f"INSERT INTO {schema}.debezium_heartbeat (id, beat) VALUES (1, now()) "
+            "ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat",
+        }
+    )
+    name = f"bench-{tag}"
+    connect.put_config(name, config)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        slot = slots.slot_status(settings, f"bench_{tag}")
+        if slot is not None and slot.active:
+            return name
+        time.sleep(0.2)
+    raise SystemExit(f"Debezium connector {name} did not start streaming within 120s: {connect.status(name)}")
+
+
+def connect_worker_pid() -> int:
+    """The Connect worker's pid, from the stack's pid file (its memory is Debezium's memory)."""
+    return int((StackSettings.load().run_dir / "connect.pid").read_text().split()[0])
 
 
 # --- fixed-rate latency -----------------------------------------------------------------------------------------
@@ -225,25 +290,15 @@ def generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: 
 
 
 def latency_run(
-    dsn: str, names: OutboxNames, bootstrap: str, topic: str, rate: int, seconds: float, relay_pid: int
+    dsn: str, names: OutboxNames, bootstrap: str, topic: str, rate: int, seconds: float, publisher_pid: int
 ) -> dict[str, Any]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10,
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
-    consumer.consume(num_messages=1, timeout=1.0)  # join the partitions before the first event is due
+    consumer = at_end(bootstrap, topic)
     histogram = HdrHistogram(1, 120_000_000, 3)  # microseconds, up to 2 minutes
     total = int(rate * seconds)
     report: mp.Queue[dict[str, Any]] = mp.Queue()
     start_ns = time.time_ns() + 1_000_000_000
     generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
-    sampler = RssSampler(relay_pid)
+    sampler = RssSampler(publisher_pid)
     sampler.start()
     generator.start()
     received = 0
@@ -259,7 +314,8 @@ def latency_run(
             value = message.value()
             if message.error() is not None or not value:
                 continue
-            scheduled = int(value[6 : value.index(b",")])
+            # {"t": 123, ...} from the relay (jsonb text), {"t":123,...} from Debezium (compact JSON)
+            scheduled = int(value[value.index(b":") + 1 : value.index(b",")])
             histogram.record_value(max(1, (now - scheduled) // 1000))
             received += 1
     generator.join(30)
@@ -271,7 +327,7 @@ def latency_run(
         "received": received,
         "expected": total,
         "generator": generated,
-        "relay_peak_rss_mib": sampler.stop(),
+        "publisher_peak_rss_mib": sampler.stop(),
         "latency_ms": {
             label: round(histogram.get_value_at_percentile(p) / 1000, 2)
             for label, p in (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("p99.99", 99.99))
@@ -335,7 +391,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
         ax.plot(
             [1 / (1 - x) for x in xs],
             [h.get_value_at_percentile(100 * x) / 1000 for x in xs],
-            label=f"{run['rate_per_s']:,} events/s",
+            label=f"{run['publisher']} {run['rate_per_s']:,} events/s",
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -343,7 +399,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     ax.set_xticks(ticks, ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"])
     ax.set_xlabel("percentile")
     ax.set_ylabel("commit (scheduled) -> consumer receipt, ms")
-    ax.set_title("cdcpipe outbox relay: latency by percentile (open loop, 1 KB events, 2 cores shared)")
+    ax.set_title("outbox -> Kafka latency by percentile: cdcpipe relay and Debezium (open loop, 1 KB, 2 cores)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -356,7 +412,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--rates", default="3000,20000")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--no-debezium", action="store_true", help="measure only our relay")
     args = parser.parse_args()
+    rates = [int(r) for r in args.rates.split(",")]
 
     stack = StackSettings.load()
     env = dict(os.environ)
@@ -366,16 +424,25 @@ def main() -> None:
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]
-    names = OutboxNames.load(outbox_schema=f"bench_{tag}")
+    relay_names = OutboxNames.load(outbox_schema=f"bench_{tag}")
+    debezium_names = OutboxNames.load(outbox_schema=f"bench_{tag}_dbz")
     ceiling_names = OutboxNames.load(outbox_schema=f"bench_{tag}_ceiling")
-    pattern = f"bench.{tag}.{{aggregatetype}}"
-    topic = pattern.replace("{aggregatetype}", "bench")
+    all_names = (relay_names, debezium_names, ceiling_names)
+    relay_topic, debezium_topic, ceiling_topic = (f"bench.{tag}.{p}.bench" for p in ("relay", "dbz", "ceiling"))
     admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
-    for t in (topic, f"bench.{tag}.ceiling"):
+    for t in (relay_topic, debezium_topic, ceiling_topic):
         admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+    password_file = Path(env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"])
     with psycopg.connect(dsn) as conn:
-        for n in (names, ceiling_names):
-            schema_outbox.apply(conn, n, SchemaSettings.load(pg_dsn=dsn, publication=f"pub_{n.outbox_schema}"))
+        for n in all_names:
+            schema_outbox.apply(
+                conn,
+                n,
+                SchemaSettings.load(
+                    pg_dsn=dsn, publication=f"pub_{n.outbox_schema}", debezium_password_file=password_file
+                ),
+            )
+    pattern = f"bench.{tag}.relay.{{aggregatetype}}"
     relay_settings = RelaySettings.load(
         pg_dsn=dsn, kafka_bootstrap=stack.kafka_bootstrap, topic_pattern=pattern, batch_size=BATCH
     )
@@ -385,11 +452,12 @@ def main() -> None:
     log.write_text("")
     relay_env = {
         **env,
-        "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
+        "CDCPIPE_OUTBOX_SCHEMA": relay_names.outbox_schema,
         "CDCPIPE_TOPIC_PATTERN": pattern,
         "CDCPIPE_METRICS_PORT": str(metrics_port),
         "CDCPIPE_BATCH_SIZE": str(BATCH),
     }
+    connect_settings = ConnectSettings.load(connect_url=stack.connect_url, pg_dsn=dsn)
     result: dict[str, Any] = {
         "benchmark": "outbox_relay",
         "payload_bytes": len(payload(time.time_ns())),
@@ -397,37 +465,63 @@ def main() -> None:
         "batch_size": BATCH,
         "cores": os.cpu_count(),
     }
+    runs: list[dict[str, Any]] = []
+    debezium_name: str | None = None
     try:
         result["ceiling_postgres"] = postgres_ceiling(dsn, ceiling_names, args.events)
-        result["ceiling_kafka"] = kafka_ceiling(relay_settings, f"bench.{tag}.ceiling", args.events)
+        result["ceiling_kafka"] = kafka_ceiling(relay_settings, ceiling_topic, args.events)
         relay = start_relay(relay_env, log)
         try:
-            wait_leader(dsn, names, relay.pid)
+            wait_leader(dsn, relay_names, relay.pid)
             result["relay_idle_rss_mib"] = round(rss_mib(relay.pid), 1)
-            result["drain"] = drain(dsn, names, args.events, relay.pid)
-            runs = []
-            for rate in args.rates.split(","):
+            result["relay_drain"] = drain(dsn, relay_names, stack.kafka_bootstrap, relay_topic, args.events, relay.pid)
+            for rate in rates:
                 before = stage_totals(metrics_port)
-                run = latency_run(dsn, names, stack.kafka_bootstrap, topic, int(rate), args.seconds, relay.pid)
+                run = latency_run(dsn, relay_names, stack.kafka_bootstrap, relay_topic, rate, args.seconds, relay.pid)
                 run["relay_batches"] = stage_means(before, stage_totals(metrics_port))
-                runs.append(run)
+                runs.append({"publisher": "relay", **run})
         finally:
             relay.send_signal(signal.SIGTERM)
             relay.wait(60)
+        if not args.no_debezium:
+            with ConnectClient(connect_settings) as connect:
+                debezium_name = start_debezium(connect, connect_settings, debezium_names, tag, f"bench.{tag}.dbz.")
+                worker = connect_worker_pid()
+                result["debezium_drain"] = drain(
+                    dsn, debezium_names, stack.kafka_bootstrap, debezium_topic, args.events, worker
+                )
+                for rate in rates:
+                    run = latency_run(
+                        dsn, debezium_names, stack.kafka_bootstrap, debezium_topic, rate, args.seconds, worker
+                    )
+                    runs.append({"publisher": "debezium", **run})
     finally:
+        if debezium_name:
+            with ConnectClient(connect_settings) as connect:
+                connect.delete(debezium_name)
+            slots.drop_slot(connect_settings, f"bench_{tag}")
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for n in (names, ceiling_names):
+            for n in all_names:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n.outbox_schema)))
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{n.outbox_schema}")))
-        admin.delete_topics([topic, f"bench.{tag}.ceiling"])
+        admin.delete_topics([relay_topic, debezium_topic, ceiling_topic])
     lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
-    result["drain"]["ratio_to_lower_ceiling"] = round(result["drain"]["events_per_s"] / lower, 2)
+    result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
+    if "debezium_drain" in result:
+        result["drain_ratio_relay_to_debezium"] = round(
+            result["relay_drain"]["events_per_s"] / result["debezium_drain"]["events_per_s"], 2
+        )
+        for relay_run, dbz_run in zip(runs[: len(rates)], runs[len(rates) :], strict=True):
+            relay_run["p99_ratio_debezium_to_relay"] = round(
+                dbz_run["latency_ms"]["p99"] / max(relay_run["latency_ms"]["p99"], 0.001), 2
+            )
     plot(runs, RESULTS / "relay_latency.png")
     result["latency"] = [{k: v for k, v in run.items() if not k.startswith("_")} for run in runs]
     result["latency_plot"] = str(RESULTS / "relay_latency.png")
     result["note"] = (
-        "latency counts from each event's scheduled commit time (open loop), so a stalled "
-        "generator or relay shows up in the percentiles instead of being omitted"
+        "latency counts from each event's scheduled commit time (open loop), so a stalled generator or "
+        "publisher shows up in the percentiles instead of being omitted; drains are timed from the commit "
+        "of all rows until a consumer has received every message; Debezium's memory is the Connect worker's"
     )
     (RESULTS / "relay.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
