@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Self
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from cdcpipe.errors import ConfigError
 
@@ -85,6 +86,8 @@ class StageSettings(BaseSettings):
         """Read and validate once; a bad value becomes a ConfigError naming the variable to fix."""
         try:
             return cls(**overrides)
+        except SettingsError as exc:
+            raise ConfigError(f"invalid settings: {exc}; check the CDCPIPE_* variables and the settings file") from exc
         except ValidationError as exc:
             problems = []
             for err in exc.errors():

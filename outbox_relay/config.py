@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 from cdcpipe.settings import StageSettings
 
@@ -26,9 +27,9 @@ class RelaySettings(StageSettings):
         "outbox.event.{aggregatetype}",
         description="topic of an event; {aggregatetype} is replaced (Debezium EventRouter's default)",
     )
-    allowed_aggregate_types: frozenset[str] = Field(
+    allowed_aggregate_types: Annotated[frozenset[str], NoDecode] = Field(
         frozenset(),
-        description="if not empty, events of any other aggregate type go to the dead-letter table",
+        description="comma-separated; if not empty, events of any other aggregate type become dead letters",
     )
     batch_size: int = Field(2000, ge=1, le=100_000, description="most rows taken from the outbox at once")
     poll_interval_s: float = Field(
@@ -42,6 +43,13 @@ class RelaySettings(StageSettings):
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus metrics on 127.0.0.1 (0: off)")
     backlog_interval_s: float = Field(5.0, gt=0, description="how often the backlog (count, oldest age) is read")
     linger_ms: float = Field(0.0, ge=0, description="producer linger.ms (0: send at once; the relay batches itself)")
+
+    @field_validator("allowed_aggregate_types", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return frozenset(v.strip() for v in value.split(",") if v.strip())
+        return value
 
     @field_validator("topic_pattern")
     @classmethod

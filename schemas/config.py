@@ -6,9 +6,10 @@ Every name here reaches SQL only as a quoted identifier (psycopg.sql.Identifier)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 from cdcpipe.settings import StageSettings
 
@@ -77,7 +78,7 @@ class SchemaSettings(StageSettings):
         None, description="file holding the Debezium role's password (`cdcpipe stack env` names the stack's one)"
     )
     tables_publication: str = Field("cdcpipe_tables", description="publication of the captured business tables")
-    captured_tables: tuple[str, ...] = Field(
+    captured_tables: Annotated[tuple[str, ...], NoDecode] = Field(
         (), description="business tables (schema.table) the table CDC connector captures, comma-separated"
     )
 

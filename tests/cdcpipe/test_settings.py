@@ -53,3 +53,30 @@ def test_help_lists_each_variable() -> None:
     variables = [row[0] for row in StackSettings.describe()]
     assert "CDCPIPE_PG_PORT" in variables
     assert "CDCPIPE_HOME" in variables
+
+
+def test_lists_come_from_the_environment_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    from outbox_relay.config import RelaySettings
+    from schemas.config import SchemaSettings
+
+    monkeypatch.setenv("CDCPIPE_CAPTURED_TABLES", "public.accounts, sales.orders")
+    monkeypatch.setenv("CDCPIPE_ALLOWED_AGGREGATE_TYPES", "account,transfer")
+    assert SchemaSettings.load().captured_tables == ("public.accounts", "sales.orders")
+    assert RelaySettings.load().allowed_aggregate_types == frozenset({"account", "transfer"})
+
+
+def test_a_captured_table_needs_its_schema(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.config import SchemaSettings
+
+    monkeypatch.setenv("CDCPIPE_CAPTURED_TABLES", "accounts")
+    with pytest.raises(ConfigError, match=r"schema\.table"):
+        SchemaSettings.load()
+
+
+def test_a_secret_is_never_echoed_in_an_error() -> None:
+    from outbox_relay.config import RelaySettings
+
+    with pytest.raises(ConfigError) as raised:
+        RelaySettings.load(pg_dsn=12345, batch_size=0)
+    assert "12345" not in str(raised.value)
+    assert "CDCPIPE_BATCH_SIZE" in str(raised.value)
