@@ -20,7 +20,10 @@ class Record:
 
 
 def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: float = 60) -> list[Record]:
-    """Every record of `topics` from the beginning, until `expected` arrived or the time is up."""
+    """Every record of `topics` from the beginning, until `expected` distinct events arrived or the time is up.
+
+    Distinct by the `id` header where there is one: a copy sent again after a crash does not count twice.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -33,9 +36,10 @@ def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: flo
     )
     consumer.subscribe(topics)
     records: list[Record] = []
+    distinct: set[object] = set()
     deadline = time.monotonic() + timeout_s
     try:
-        while len(records) < expected and time.monotonic() < deadline:
+        while len(distinct) < expected and time.monotonic() < deadline:
             for m in consumer.consume(num_messages=10_000, timeout=0.5):
                 if m.error() is not None:
                     continue  # e.g. the topic does not exist yet

@@ -1,0 +1,93 @@
+"""Event contracts (JSON Schema files in schemas/) as Spark schemas and Spark checks: no inference at run time.
+
+`spark_schema(contract)` is the StructType a payload parses into; `violation(contract, raw)` is one Spark
+column holding the first way a payload breaks its contract (null when it keeps it). Checked inside Spark,
+without a Python UDF: JSON syntax and types (through `from_json` with a corrupt-record column), required
+fields, unexpected fields when `additionalProperties` is false, and, on top-level fields, `enum`,
+`pattern`, `minLength`, `minimum`, `exclusiveMinimum`, `maximum`. Other keywords are left to the writer's
+`emit`, which checks the whole schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from schemas.contracts import Contract
+
+CORRUPT = "_corrupt_record"
+
+
+def spark_type(schema: Mapping[str, Any]) -> DataType:
+    """The Spark type a JSON Schema fragment parses into (a nullable union picks its non-null type)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return StructType([StructField(name, spark_type(sub), True) for name, sub in properties.items()])
+    if kind == "array":
+        return ArrayType(spark_type(schema.get("items", {})), True)
+    return {"integer": LongType(), "number": DoubleType(), "boolean": BooleanType()}.get(str(kind), StringType())
+
+
+def spark_schema(contract: Contract) -> StructType:
+    """The payload's StructType, plus the column that receives a payload that does not parse."""
+    base = spark_type(contract.schema)
+    fields = list(base.fields) if isinstance(base, StructType) else []
+    return StructType([*fields, StructField(CORRUPT, StringType(), True)])
+
+
+def parse(contract: Contract, raw: Column) -> Column:
+    """`raw` (a JSON string column) parsed with the contract's schema; bad input lands in CORRUPT."""
+    return F.from_json(raw, spark_schema(contract), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+
+
+def violation(contract: Contract, raw: Column) -> Column:
+    """The first way `raw` breaks `contract`, as text naming the field; null when it keeps the contract."""
+    parsed = parse(contract, raw)
+    schema = contract.schema
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    checks: list[tuple[Column, Column | str]] = [
+        (raw.isNull(), "no payload (null value) for an event that is not a tombstone"),
+        (F.json_object_keys(raw).isNull(), "malformed JSON, or not a JSON object"),
+        (parsed[CORRUPT].isNotNull(), "a field has the wrong type for the contract"),
+    ]
+    for name in schema.get("required", []):
+        checks.append((parsed[name].isNull(), f"missing field $.{name}"))
+    if schema.get("additionalProperties") is False:
+        extra = F.array_except(F.json_object_keys(raw), F.array(*[F.lit(p) for p in properties]))
+        checks.append((F.size(extra) > 0, F.concat(F.lit("unexpected field(s) "), F.array_join(extra, ", "))))
+    for name, rules in properties.items():
+        value = parsed[name]
+        if "enum" in rules:
+            checks.append((value.isNotNull() & ~value.isin(*rules["enum"]), f"$.{name} is not one of {rules['enum']}"))
+        if "pattern" in rules:
+            checks.append(
+                (value.isNotNull() & ~value.rlike(rules["pattern"]), f"$.{name} does not match {rules['pattern']}")
+            )
+        if "minLength" in rules:
+            checks.append((F.length(value) < rules["minLength"], f"$.{name} is shorter than {rules['minLength']}"))
+        if "minimum" in rules:
+            checks.append((value < rules["minimum"], f"$.{name} is below the minimum {rules['minimum']}"))
+        if "exclusiveMinimum" in rules:
+            checks.append((value <= rules["exclusiveMinimum"], f"$.{name} must be above {rules['exclusiveMinimum']}"))
+        if "maximum" in rules:
+            checks.append((value > rules["maximum"], f"$.{name} is above the maximum {rules['maximum']}"))
+    # The checks run in this order, so malformed input reports as malformed, not as a dozen missing fields.
+    return F.coalesce(
+        *[F.when(bad, message if isinstance(message, Column) else F.lit(message)) for bad, message in checks]
+    )

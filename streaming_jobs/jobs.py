@@ -1,0 +1,106 @@
+"""Job definitions: one TOML file per streaming job, under streaming_jobs/definitions/ or a folder of yours.
+
+    name = "accounts_latest"
+    kind = "latest_state"                    # event_log | latest_state | projection
+    topics = ["outbox.event.account"]
+    table = "accounts_latest"                # a folder under CDCPIPE_LAKE, or an absolute path
+    trigger = "1s"                           # a processing-time interval, or "available-now"
+    delete_event_types = ["AccountClosed"]   # latest_state: these (and tombstones) delete the row
+
+Where a job keeps its things, all derived from its name and table: the Delta table, `<table>_dead_letters`
+beside it, and its checkpoint in `<lake>/_checkpoints/<name>`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from streaming_jobs.errors import StreamingError
+
+DEFINITIONS_DIR = Path(__file__).parent / "definitions"
+Kind = Literal["event_log", "latest_state", "projection"]
+TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
+
+
+class JobSpec(BaseModel):
+    """One streaming job as declared in its file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$", description="lower case, digits, '_' and '-'")
+    kind: Kind
+    topics: tuple[str, ...] = Field(min_length=1)
+    table: str = Field(min_length=1)
+    trigger: str = "1s"
+    delete_event_types: tuple[str, ...] = ()
+    projection: str | None = Field(None, description="module:function, for kind = projection")
+    max_offsets_per_trigger: int | None = Field(None, ge=1, description="cap on records per micro-batch")
+    optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
+
+    @field_validator("trigger")
+    @classmethod
+    def _trigger(cls, value: str) -> str:
+        if not TRIGGER.match(value):
+            raise ValueError("a trigger is an interval such as 500ms, 1s or 5min, or available-now")
+        return value
+
+    @model_validator(mode="after")
+    def _kind_fits(self) -> JobSpec:
+        if self.kind == "projection" and not (self.projection and ":" in self.projection):
+            raise ValueError('a projection job names its function: projection = "package.module:function"')
+        if self.kind != "projection" and self.projection:
+            raise ValueError(f"projection is only for kind = projection, not {self.kind}")
+        if self.delete_event_types and self.kind != "latest_state":
+            raise ValueError("delete_event_types is only for kind = latest_state")
+        return self
+
+    def table_path(self, lake: Path) -> Path:
+        path = Path(self.table)
+        return path if path.is_absolute() else lake / path
+
+    def dead_letter_path(self, lake: Path) -> Path:
+        table = self.table_path(lake)
+        return table.with_name(f"{table.name}_dead_letters")
+
+    def checkpoint_path(self, lake: Path) -> Path:
+        return lake / "_checkpoints" / self.name
+
+
+def load_file(path: Path) -> JobSpec:
+    """One job file, validated; errors name the file and each bad field."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise StreamingError(f"{path}: cannot read the job definition ({exc})") from exc
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in exc.errors())
+        raise StreamingError(f"{path}: invalid job definition: {problems}") from exc
+
+
+def load_all(folders: list[Path]) -> dict[str, JobSpec]:
+    """Every job in these folders, by name; two files may not declare one name."""
+    jobs: dict[str, JobSpec] = {}
+    sources: dict[str, Path] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*.toml")):
+            spec = load_file(path)
+            if spec.name in jobs:
+                raise StreamingError(f"{path}: job {spec.name!r} is already declared in {sources[spec.name]}")
+            jobs[spec.name], sources[spec.name] = spec, path
+    return jobs
+
+
+def find(name: str, folders: list[Path]) -> JobSpec:
+    """The job called `name`, or an error listing the jobs there are."""
+    jobs = load_all(folders)
+    if name not in jobs:
+        known = ", ".join(sorted(jobs)) or "none"
+        raise StreamingError(f"no job named {name!r} (known: {known}); add a .toml file under {folders[0]}")
+    return jobs[name]

@@ -1,0 +1,68 @@
+"""Kafka records in the outbox wire format -> events, each either valid or with the reason it is not.
+
+The wire format is Debezium EventRouter's (and our relay's): key = aggregate id, value = payload JSON,
+headers `id`, `eventType`, `eventVersion`. A record with no key, no id, an unknown (type, version), or a
+payload that breaks its contract gets an `error`; the job sends it to its dead-letter table. A record with
+no value is a tombstone: valid for any known event type, and it carries no payload to check.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F  # noqa: N812
+
+from schemas.contracts import ContractRegistry
+from streaming_jobs.contracts_spark import violation
+
+
+def _header(name: str) -> Column:
+    """The value of one Kafka header as text (null when absent)."""
+    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
+
+
+def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
+    """Columns of every event: ids, coordinates, payload text, and `error` (null for a valid event)."""
+    events = records.select(
+        _header("id").alias("event_id"),
+        _header("eventType").alias("event_type"),
+        _header("eventVersion").alias("event_version_text"),
+        F.col("key").cast("string").alias("aggregate_id"),
+        F.col("value").cast("string").alias("payload"),
+        F.col("value").alias("raw_value"),
+        F.col("key").alias("raw_key"),
+        F.col("topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.map_from_entries(
+            F.transform(F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string")))
+        ).alias("headers"),
+    ).withColumn("event_version", F.col("event_version_text").try_cast("int"))
+
+    by_contract = F.lit(None).cast("string")
+    known = F.lit(False)
+    for contract in registry:
+        this = (F.col("event_type") == contract.event_type) & (F.col("event_version") == contract.version)
+        known = known | this
+        by_contract = F.when(this & F.col("raw_value").isNotNull(), violation(contract, F.col("payload"))).otherwise(
+            by_contract
+        )
+    error = (
+        F.when(F.col("raw_key").isNull(), F.lit("null key: the aggregate id is missing"))
+        .when(F.col("event_id").isNull(), F.lit("no 'id' header: the event id is missing"))
+        .when(F.col("event_type").isNull(), F.lit("no 'eventType' header"))
+        .when(F.col("event_version").isNull(), F.lit("no 'eventVersion' header, or not a number"))
+        .when(
+            ~known,
+            F.concat(
+                F.lit("unknown event type "),
+                F.col("event_type"),
+                F.lit(" v"),
+                F.col("event_version_text"),
+                F.lit(": no contract in schemas/contracts"),
+            ),
+        )
+        .otherwise(by_contract)
+    )
+    return events.withColumn("error", error).drop("event_version_text")

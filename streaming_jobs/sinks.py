@@ -1,0 +1,185 @@
+"""What each kind of job does with one micro-batch, so that applying it twice changes nothing.
+
+Every Delta write of a batch carries Delta's idempotent-write marker (txnAppId = the job's app id, kept in
+its checkpoint folder; txnVersion = the batch id). A batch replayed after a crash (Spark re-runs the last
+batch when its checkpoint commit did not happen) is skipped by each table it already reached: no row is
+applied twice, including increments such as a running balance. Within a batch, rows are deduplicated by
+event id before any MERGE, since a MERGE fails when two source rows match one target row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F  # noqa: N812
+
+from schemas.contracts import ContractRegistry
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.jobs import JobSpec
+from streaming_jobs.outbox_events import classify
+
+EVENT_COLUMNS = [
+    "event_id",
+    "event_type",
+    "event_version",
+    "aggregate_id",
+    "payload",
+    "topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+]
+
+
+def app_id(checkpoint: Path) -> str:
+    """The job's idempotence id, made with its checkpoint.
+
+    A new checkpoint must never reuse an old id, or Delta would skip every write of the new run as done.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / "cdcpipe_app_id"
+    if not path.exists():
+        path.write_text(str(uuid.uuid4()))
+    return path.read_text().strip()
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a micro-batch handler (and a user's projection) needs to write exactly once."""
+
+    spark: SparkSession
+    job: JobSpec
+    table: Path
+    dead_letters: Path
+    app_id: str
+    batch_id: int
+
+    @contextmanager
+    def idempotent(self) -> Iterator[None]:
+        """Writes in this block (MERGE, UPDATE, DELETE, appends) are skipped if this batch reached the table."""
+        conf = self.spark.conf
+        conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
+        conf.set("spark.databricks.delta.write.txnVersion", str(self.batch_id))
+        try:
+            yield
+        finally:
+            conf.unset("spark.databricks.delta.write.txnAppId")
+            conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+Handler = Callable[[DataFrame, BatchContext], int]
+
+
+def _dead_letters(events: DataFrame, ctx: BatchContext) -> int:
+    """Append the batch's invalid records, raw bytes and all, with the reason and the coordinates."""
+    dead = (
+        events.where(F.col("error").isNotNull())
+        .select(
+            F.lit(ctx.job.name).alias("job"),
+            F.lit(ctx.batch_id).alias("batch_id"),
+            "topic",
+            "kafka_partition",
+            "kafka_offset",
+            "kafka_timestamp",
+            F.col("raw_key").alias("key"),
+            F.col("raw_value").alias("value"),
+            "headers",
+            "error",
+            F.current_timestamp().alias("detected_at"),
+        )
+        .cache()
+    )
+    count = dead.count()
+    if count:
+        (
+            dead.write.format("delta")
+            .mode("append")
+            .option("txnAppId", ctx.app_id)
+            .option("txnVersion", ctx.batch_id)
+            .save(str(ctx.dead_letters))
+        )
+    dead.unpersist()
+    return count
+
+
+def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:
+    """One row per key: the earliest (or newest) by Kafka position."""
+    order = [F.col("kafka_partition"), F.col("kafka_offset")]
+    window = Window.partitionBy(*keys).orderBy(*[c.desc() for c in order] if newest else order)
+    return events.withColumn("_n", F.row_number().over(window)).where("_n = 1").drop("_n")
+
+
+def _ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
+    if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        columns.limit(0).write.format("delta").mode("ignore").save(str(ctx.table))
+    return DeltaTable.forPath(ctx.spark, str(ctx.table))
+
+
+def event_log(events: DataFrame, ctx: BatchContext) -> int:
+    """Append every valid event once: dedupe by event id within the batch, insert only ids not yet there."""
+    valid = _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False).select(
+        *EVENT_COLUMNS, "headers"
+    )
+    table = _ensure_table(ctx, valid)
+    with ctx.idempotent():
+        (table.alias("t").merge(valid.alias("s"), "t.event_id = s.event_id").whenNotMatchedInsertAll().execute())
+    return valid.count()
+
+
+def latest_state(events: DataFrame, ctx: BatchContext) -> int:
+    """Upsert the newest event per aggregate; a configured event type, or a tombstone, deletes the row."""
+    deletes = list(ctx.job.delete_event_types)
+    valid = events.where(F.col("error").isNull())
+    newest = _first_per(valid, ["aggregate_id"], newest=True).select(
+        *EVENT_COLUMNS,
+        (
+            F.col("payload").isNull() | F.col("event_type").isin(*deletes) if deletes else F.col("payload").isNull()
+        ).alias("_delete"),
+    )
+    table = _ensure_table(ctx, newest.drop("_delete"))
+    # Within one key, Kafka order is the order of the key's partition; an older position never wins.
+    later = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
+    columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS}
+    with ctx.idempotent():
+        (
+            table.alias("t")
+            .merge(newest.alias("s"), "t.aggregate_id = s.aggregate_id")
+            .whenMatchedDelete(condition=f"s._delete AND {later}")
+            .whenMatchedUpdate(condition=f"NOT s._delete AND {later}", set=columns)
+            .whenNotMatchedInsert(condition="NOT s._delete", values=columns)
+            .execute()
+        )
+    return newest.count()
+
+
+def projection(events: DataFrame, ctx: BatchContext) -> int:
+    """Hand the batch's valid events to the user's function, which writes through ctx.idempotent()."""
+    module_name, _, function_name = (ctx.job.projection or "").partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise StreamingError(f"job {ctx.job.name}: cannot load projection {ctx.job.projection!r} ({exc})") from exc
+    valid = _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False).select(*EVENT_COLUMNS)
+    function(valid, ctx)
+    return valid.count()
+
+
+HANDLERS: dict[str, Handler] = {"event_log": event_log, "latest_state": latest_state, "projection": projection}
+
+
+def handle_batch(records: DataFrame, ctx: BatchContext, registry: ContractRegistry) -> tuple[int, int]:
+    """Classify the batch once, dead-letter the invalid records, apply the rest; (applied, dead) counts."""
+    events = classify(records, registry).cache()
+    try:
+        dead = _dead_letters(events, ctx)
+        applied = HANDLERS[ctx.job.kind](events, ctx)
+    finally:
+        events.unpersist()
+    return applied, dead
