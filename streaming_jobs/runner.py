@@ -90,12 +90,12 @@ def optimize(spark: Any, spec: JobSpec, lake: Path) -> None:
             DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
 
 
-def _write_progress(
-    checkpoint: Path, progress: dict[str, Any] | None, counts: dict[str, int], *, running: bool
-) -> None:
-    record = {"running": running, "updated_at": time.time(), **counts, "progress": progress}
+def _write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:
+    # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
+    rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
+    record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
     tmp = checkpoint / (PROGRESS_FILE + ".tmp")
-    tmp.write_text(json.dumps(record))
+    tmp.write_text(json.dumps(record, default=str))
     tmp.replace(checkpoint / PROGRESS_FILE)
 
 

@@ -54,6 +54,9 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # Delta tables here are small and many; the default 200 files per OPTIMIZE bin is fine, but
         # collecting statistics on every column of wide payloads costs more than it saves.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "8",
+        # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.ui.showConsoleProgress": "false",
     }
 
 

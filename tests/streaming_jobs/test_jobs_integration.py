@@ -1,0 +1,211 @@
+"""Streaming jobs on real Kafka, Spark and Delta: each kind, dead letters, and a replayed batch applied once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+
+from tests.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job file written for one test, with its own topics and lake."""
+
+    name: str
+    folder: Path
+    lake: Path
+    stack: Stack
+
+    def run(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        env = {**self.stack.process_env(), "CDCPIPE_LAKE": str(self.lake), "CDCPIPE_SPARK_MASTER": "local[2]"}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streaming_jobs.runner",
+                self.name,
+                "--jobs-dir",
+                str(self.folder),
+                "--trigger",
+                "available-now",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return proc
+
+    def table(self, suffix: str = "") -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = DeltaTable(str(self.lake / f"out{suffix}")).to_pyarrow_table().to_pylist()
+        return rows
+
+    def checkpoint(self) -> Path:
+        return self.lake / "_checkpoints" / self.name
+
+
+def make_job(stack: Stack, tmp_path: Path, kind: str, topics: list[str], **extra: object) -> Job:
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    lines = [f'name = "{name}"', f'kind = "{kind}"', f"topics = {json.dumps(topics)}", 'table = "out"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
+    return Job(name, folder, tmp_path / "lake", stack)
+
+
+def send(
+    stack: Stack, topic: str, events: list[tuple[str | None, str, str | None, dict[str, str] | None]]
+) -> list[str]:
+    """(key, event type, payload text, extra headers) in the outbox wire format; returns the event ids."""
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    ids = []
+    for key, event_type, value, headers in events:
+        event_id = str(uuid.uuid4())
+        ids.append(event_id)
+        all_headers = {"id": event_id, "eventType": event_type, "eventVersion": "1", **(headers or {})}
+        producer.produce(topic, key=key, value=value, headers=list(all_headers.items()))
+    assert producer.flush(30) == 0
+    return ids
+
+
+def deposit(account: str, amount: int) -> str:
+    return json.dumps({"account_id": account, "amount": amount, "currency": "EUR"})
+
+
+def opened(account: str) -> str:
+    return json.dumps({"account_id": account, "owner": account.upper(), "currency": "EUR"})
+
+
+def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    good: list[Event] = [
+        ("a-1", "AccountOpened", opened("a-1"), None),
+        ("a-1", "MoneyDeposited", deposit("a-1", 5), None),
+    ]
+    bad: list[Event] = [
+        ("a-2", "MoneyDeposited", "{not json", None),
+        ("a-2", "MoneyDeposited", json.dumps({"account_id": "a-2", "amount": "five", "currency": "EUR"}), None),
+        ("a-2", "MoneyDeposited", json.dumps({"account_id": "a-2", "currency": "EUR"}), None),
+        (None, "MoneyDeposited", deposit("a-2", 1), None),
+        ("a-2", "SomethingElse", json.dumps({"x": 1}), None),
+        ("a-2", "MoneyDeposited", json.dumps({"account_id": "a-2", "amount": 3, "currency": "EUR", "tip": 1}), None),
+    ]
+    ids = send(stack, topic, good + bad)
+    # The same event sent twice (a publisher's retry): it must appear once.
+    send_again = Producer({"bootstrap.servers": stack.kafka_bootstrap})
+    send_again.produce(
+        topic,
+        key="a-1",
+        value=opened("a-1"),
+        headers=[("id", ids[0]), ("eventType", "AccountOpened"), ("eventVersion", "1")],
+    )
+    send_again.flush(30)
+    job = make_job(stack, tmp_path, "event_log", [topic])
+    job.run()
+    rows = job.table()
+    assert sorted(str(r["event_id"]) for r in rows) == sorted(ids[:2])
+    first = next(r for r in rows if r["event_id"] == ids[0])
+    assert (first["topic"], first["kafka_partition"], first["kafka_offset"]) == (topic, 0, 0)
+    assert first["event_type"] == "AccountOpened"
+    assert json.loads(str(first["payload"])) == json.loads(opened("a-1"))
+    assert first["headers"] is not None
+
+    dead = sorted(job.table("_dead_letters"), key=lambda r: int(str(r["kafka_offset"])))
+    assert [r["kafka_offset"] for r in dead] == [2, 3, 4, 5, 6, 7]
+    reasons = [str(r["error"]) for r in dead]
+    assert "malformed JSON" in reasons[0]
+    assert "wrong type" in reasons[1]
+    assert "missing field $.amount" in reasons[2]
+    assert "null key" in reasons[3]
+    assert "unknown event type SomethingElse v1" in reasons[4]
+    assert "unexpected field(s) tip" in reasons[5]
+    assert dead[0]["value"] == b"{not json"
+    assert all(r["topic"] == topic for r in dead)
+
+    job.run()  # nothing new: nothing changes
+    assert len(job.table()) == 2
+    assert len(job.table("_dead_letters")) == 6
+
+
+def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    send(
+        stack,
+        topic,
+        [
+            ("a-1", "AccountOpened", opened("a-1"), None),
+            ("a-2", "AccountOpened", opened("a-2"), None),
+            ("a-3", "AccountOpened", opened("a-3"), None),
+            ("a-1", "MoneyDeposited", deposit("a-1", 10), None),
+            ("a-2", "AccountClosed", json.dumps({"account_id": "a-2"}), None),
+        ],
+    )
+    job = make_job(stack, tmp_path, "latest_state", [topic], delete_event_types=["AccountClosed"])
+    job.run()
+    state = {str(r["aggregate_id"]): r for r in job.table()}
+    assert sorted(state) == ["a-1", "a-3"]
+    assert state["a-1"]["event_type"] == "MoneyDeposited"
+    assert state["a-3"]["event_type"] == "AccountOpened"
+    # A later batch: a tombstone deletes, a newer event replaces.
+    send(stack, topic, [("a-3", "MoneyDeposited", None, None), ("a-1", "MoneyDeposited", deposit("a-1", 99), None)])
+    job.run()
+    state = {str(r["aggregate_id"]): r for r in job.table()}
+    assert sorted(state) == ["a-1"]
+    assert json.loads(str(state["a-1"]["payload"]))["amount"] == 99
+
+
+def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """A replayed batch is applied once.
+
+    The crash window: Delta committed the batch, the checkpoint did not, so Spark replays the batch. The
+    balances, which a MERGE increments, must not move.
+    """
+    send(
+        stack,
+        topic,
+        [
+            ("a-1", "AccountOpened", opened("a-1"), None),
+            ("a-2", "AccountOpened", opened("a-2"), None),
+            ("a-1", "MoneyDeposited", deposit("a-1", 100), None),
+            ("a-2", "MoneyDeposited", deposit("a-2", 30), None),
+            (
+                "tr-1",
+                "TransferCompleted",
+                json.dumps(
+                    {"transfer_id": "tr-1", "from_account": "a-1", "to_account": "a-2", "amount": 40, "currency": "EUR"}
+                ),
+                None,
+            ),
+        ],
+    )
+    job = make_job(stack, tmp_path, "projection", [topic], projection="streaming_jobs.projections.balances:apply")
+    job.run()
+    expected = {"a-1": 60, "a-2": 70}
+    assert {r["account_id"]: r["balance"] for r in job.table()} == expected
+
+    commits = sorted((job.checkpoint() / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()  # as if the driver died right after the Delta commit (with the commit's checksum file)
+    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    job.run()
+    assert (job.checkpoint() / "commits" / last.name).exists(), "the batch was not replayed"
+    assert {r["account_id"]: r["balance"] for r in job.table()} == expected
