@@ -68,9 +68,10 @@ def make_job(stack: Stack, tmp_path: Path, kind: str, topics: list[str], **extra
     return Job(name, folder, tmp_path / "lake", stack)
 
 
-def send(
-    stack: Stack, topic: str, events: list[tuple[str | None, str, str | None, dict[str, str] | None]]
-) -> list[str]:
+Event = tuple[str | None, str, str | None, dict[str, str] | None]
+
+
+def send(stack: Stack, topic: str, events: list[Event]) -> list[str]:
     """(key, event type, payload text, extra headers) in the outbox wire format; returns the event ids."""
     producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
     ids = []
