@@ -32,6 +32,11 @@ from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import default_registry
 from schemas.errors import SchemaError
+from streaming_jobs import control as job_control
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.jobs import find as find_job
+from streaming_jobs.runner import optimize as optimize_job
+from streaming_jobs.spark_session import build_spark_session
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -336,6 +341,78 @@ def connectors_offsets(words: list[str] = typer.Argument(..., metavar="[reset] N
             typer.echo(json.dumps(client.offsets(words[0]), indent=2))
         else:
             raise ConnectError("usage: cdcpipe connectors offsets NAME | cdcpipe connectors offsets reset NAME")
+
+
+jobs_app = typer.Typer(
+    help="Streaming jobs: Kafka topics into Delta tables (job files in streaming_jobs/definitions/).",
+    epilog=settings_help(SparkSettings),
+    no_args_is_help=True,
+)
+app.add_typer(jobs_app, name="jobs")
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    name: str,
+    master: str | None = typer.Option(None, help="local[N] or spark://HOST:PORT (default CDCPIPE_SPARK_MASTER)"),
+    trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
+) -> None:
+    """Start a job in the background, tracked by pid (its log: <lake>/_jobs/NAME.log)."""
+    settings = SparkSettings.load()
+    pid = job_control.submit(settings, name, master=master, trigger=trigger)
+    typer.echo(f"{name}: started (pid {pid}); `cdcpipe jobs status {name}` shows its progress")
+
+
+@jobs_app.command("list")
+def jobs_list() -> None:
+    """Every declared job: kind, table, topics, running or not."""
+    settings = SparkSettings.load()
+    for spec, running in job_control.listing(settings):
+        state = "running" if running else "stopped"
+        typer.echo(
+            f"{spec.name:<24} {spec.kind:<13} {state:<8} {spec.table_path(settings.lake)}  <- {', '.join(spec.topics)}"
+        )
+
+
+@jobs_app.command("status")
+def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
+    report = job_control.status(SparkSettings.load(), name)
+    if as_json:
+        typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag}, indent=2))
+        return
+    state = f"running (pid {report.pid})" if report.running else "not running"
+    typer.echo(f"{report.name} ({report.kind}): {state}")
+    typer.echo(
+        f"  last batch {report.last_batch_id}, {report.processed_rows_per_s or 0:.0f} rows/s processed, "
+        f"batch took {report.batch_duration_ms} ms; applied {report.applied}, dead letters {report.dead_letters}"
+    )
+    for part in report.lag:
+        typer.echo(
+            f"  {part.topic}[{part.partition}]: at {part.checkpoint_offset}, latest {part.latest_offset}, lag {part.lag}"
+        )
+    for line in report.log_tail:
+        typer.echo(f"    | {line}")
+
+
+@jobs_app.command("stop")
+def jobs_stop(name: str) -> None:
+    """Stop gracefully: the micro-batch in flight finishes first."""
+    stopped = job_control.stop(SparkSettings.load(), name)
+    typer.echo(f"{name}: {'stopped' if stopped else 'was not running'}")
+
+
+@jobs_app.command("optimize")
+def jobs_optimize(name: str) -> None:
+    """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
+    settings = SparkSettings.load()
+    spec = find_job(name, list(settings.jobs_dirs))
+    spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
+    try:
+        optimize_job(spark, spec, settings.lake)
+    finally:
+        spark.stop()
+    typer.echo(f"{name}: compacted {spec.table_path(settings.lake)}")
 
 
 def main() -> None:

@@ -26,9 +26,9 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from cdcpipe.processes import TrackedProcess
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
-from infra.processes import TrackedProcess
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 OUTBOX_EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from cdcpipe.home import default_home
 from cdcpipe.settings import StageSettings
@@ -26,7 +27,18 @@ class SparkSettings(StageSettings):
     spark_shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions (small: 2 cores)")
     spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    jobs_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
+        (Path(__file__).parent / "definitions",),
+        description="folders of job files (colon-separated); the built-in examples by default",
+    )
     lake: Path = Field(
         default_factory=lambda: default_home() / "state" / "lake",
         description="root folder of Delta tables and checkpoints",
     )
+
+    @field_validator("jobs_dirs", mode="before")
+    @classmethod
+    def _colon_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(Path(p) for p in value.split(":") if p)
+        return value

@@ -59,6 +59,14 @@ class JobSpec(BaseModel):
             raise ValueError("delete_event_types is only for kind = latest_state")
         return self
 
+    def processing_time(self, trigger: str | None = None) -> str:
+        """A `1s`-style trigger in the words Spark parses (`1 seconds`)."""
+        match = re.fullmatch(r"(\d+)(ms|s|min)", trigger or self.trigger)
+        if match is None:
+            raise StreamingError(f"job {self.name}: {trigger or self.trigger!r} is not a processing-time interval")
+        unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}[match[2]]
+        return f"{match[1]} {unit}"
+
     def table_path(self, lake: Path) -> Path:
         path = Path(self.table)
         return path if path.is_absolute() else lake / path

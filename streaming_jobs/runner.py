@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 
 from schemas.contracts import default_registry
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.jobs import DEFINITIONS_DIR, JobSpec, find
+from streaming_jobs.jobs import JobSpec, find
 from streaming_jobs.sinks import BatchContext, app_id, handle_batch
 from streaming_jobs.spark_session import build_spark_session
 
@@ -63,7 +63,10 @@ def run(
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
     writer = reader.load().writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint))
     chosen = trigger or spec.trigger
-    writer = writer.trigger(availableNow=True) if chosen == "available-now" else writer.trigger(processingTime=chosen)
+    if chosen == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=spec.processing_time(chosen))
     query = writer.queryName(spec.name).start()
     try:
         while query.isActive:
@@ -107,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger")
     parser.add_argument("--jobs-dir", type=Path, action="append", help="folders of job files (default: the built-in)")
     args = parser.parse_args(argv)
-    spec = find(args.name, args.jobs_dir or [DEFINITIONS_DIR])
     settings = SparkSettings.load(**({"spark_master": args.master} if args.master else {}))
+    spec = find(args.name, args.jobs_dir or list(settings.jobs_dirs))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

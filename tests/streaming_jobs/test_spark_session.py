@@ -52,3 +52,13 @@ def test_the_installed_jars_satisfy_the_session() -> None:
     """What `make install` put on disk is what the session needs (no JVM started)."""
     conf = session_conf(SparkSettings.load(), "t")
     assert len(conf["spark.jars"].split(",")) >= len(REQUIRED_JARS)
+
+
+@pytest.mark.parametrize(
+    ("trigger", "spark"), [("1s", "1 seconds"), ("500ms", "500 milliseconds"), ("5min", "5 minutes")]
+)
+def test_triggers_become_spark_intervals(trigger: str, spark: str) -> None:
+    from streaming_jobs.jobs import JobSpec
+
+    spec = JobSpec(name="j", kind="event_log", topics=("t",), table="t", trigger=trigger)
+    assert spec.processing_time() == spark

@@ -1,0 +1,161 @@
+"""`cdcpipe jobs submit | list | status | stop | optimize`: jobs as tracked background processes.
+
+A submitted job is a `python -m streaming_jobs.runner NAME` process (the Spark driver), started detached and
+tracked by pid in `<lake>/_jobs/NAME.pid`, its log in `<lake>/_jobs/NAME.log`. Its state comes from three
+places that each tell the truth about one thing: the process (running or not), the progress file the
+runner writes (last batch, rates, counts), and the checkpoint's offsets against the topics' latest offsets
+(lag per partition).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from cdcpipe.processes import TrackedProcess
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.jobs import JobSpec, find, load_all
+from streaming_jobs.runner import PROGRESS_FILE
+
+
+def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
+    """The job's driver process, as a pid file and a log under <lake>/_jobs/."""
+    folder = settings.lake / "_jobs"
+    return TrackedProcess(
+        name=f"job {name}", pid_file=folder / f"{name}.pid", log_file=folder / f"{name}.log", stop_signal=signal.SIGTERM
+    )
+
+
+def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: str | None) -> int:
+    """Start the job in the background (once: a running job is not started twice); return its pid."""
+    spec = find(name, list(settings.jobs_dirs))
+    process = tracked(settings, spec.name)
+    if process.pid() is not None:
+        raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
+    command = [sys.executable, "-m", "streaming_jobs.runner", spec.name]
+    for folder in settings.jobs_dirs:
+        command += ["--jobs-dir", str(folder)]
+    if master:
+        command += ["--master", master]
+    if trigger:
+        command += ["--trigger", trigger]
+    env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    settings.lake.mkdir(parents=True, exist_ok=True)
+    return process.start(command, env=env, cwd=settings.lake)
+
+
+def stop(settings: SparkSettings, name: str, timeout_s: float = 180) -> bool:
+    """SIGTERM: the micro-batch in flight finishes, then the job exits. False if it was not running."""
+    return tracked(settings, name).stop(timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far the checkpoint is behind one partition's latest offset."""
+
+    topic: str
+    partition: int
+    checkpoint_offset: int | None
+    latest_offset: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Everything `jobs status` shows."""
+
+    name: str
+    kind: str
+    running: bool
+    pid: int | None
+    last_batch_id: int | None
+    input_rows_per_s: float | None
+    processed_rows_per_s: float | None
+    batch_duration_ms: int | None
+    applied: int | None
+    dead_letters: int | None
+    lag: list[PartitionLag]
+    log_tail: list[str]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.lag)
+
+
+def checkpoint_offsets(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """The offsets the last *committed* batch reached (a batch that is only planned does not count)."""
+    commits = (
+        [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if (checkpoint / "commits").is_dir() else []
+    )
+    if not commits:
+        return {}
+    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+    reached: dict[tuple[str, int], int] = {}
+    for line in lines[2:]:  # "v1", the batch metadata, then one JSON line per source
+        for topic, partitions in json.loads(line).items():
+            for partition, offset in partitions.items():
+                reached[(topic, int(partition))] = int(offset)
+    return reached
+
+
+def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
+    """Per partition of the job's topics: the latest offset minus the checkpoint's."""
+    reached = checkpoint_offsets(spec.checkpoint_path(settings.lake))
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdcpipe-jobs-status", "enable.auto.commit": False}
+    )
+    rows = []
+    try:
+        metadata = consumer.list_topics(timeout=10)
+        for topic in spec.topics:
+            for partition in sorted((metadata.topics.get(topic) or _NoTopic()).partitions):
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                at = reached.get((topic, partition))
+                rows.append(PartitionLag(topic, partition, at, high, high - (at or 0)))
+    finally:
+        consumer.close()
+    return rows
+
+
+class _NoTopic:
+    partitions: dict[int, Any] = {}  # noqa: RUF012 - a read-only stand-in for a topic that does not exist yet
+
+
+def status(settings: SparkSettings, name: str) -> JobStatus:
+    """The job's process, its last progress, and its lag."""
+    spec = find(name, list(settings.jobs_dirs))
+    process = tracked(settings, spec.name)
+    progress_file = spec.checkpoint_path(settings.lake) / PROGRESS_FILE
+    record: dict[str, Any] = json.loads(progress_file.read_text()) if progress_file.exists() else {}
+    progress = record.get("progress") or {}
+    pid = process.pid()
+    return JobStatus(
+        name=spec.name,
+        kind=spec.kind,
+        running=pid is not None,
+        pid=pid,
+        last_batch_id=progress.get("batchId"),
+        input_rows_per_s=progress.get("inputRowsPerSecond"),
+        processed_rows_per_s=progress.get("processedRowsPerSecond"),
+        batch_duration_ms=(progress.get("durationMs") or {}).get("triggerExecution"),
+        applied=record.get("applied"),
+        dead_letters=record.get("dead_letters"),
+        lag=lag(settings, spec),
+        log_tail=[] if pid is not None else process.log_tail(10),
+    )
+
+
+def listing(settings: SparkSettings) -> list[tuple[JobSpec, bool]]:
+    """Every declared job, and whether it runs now."""
+    return [
+        (spec, tracked(settings, name).pid() is not None)
+        for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
+    ]

@@ -1,0 +1,142 @@
+"""`cdcpipe jobs submit | status | stop` on real Kafka, Spark and Delta; a SIGKILLed job restarts exactly once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from tests.conftest import Stack, cdcpipe
+from tests.outbox_relay.test_relay_integration import wait_until
+from tests.streaming_jobs.test_jobs_integration import Event, deposit, opened, send
+
+pytestmark = pytest.mark.integration
+
+
+def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object) -> tuple[str, dict[str, str]]:
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "jobs"
+    folder.mkdir(exist_ok=True)
+    lines = [f'name = "{name}"', f'kind = "{kind}"', f'topics = ["{topic}"]', 'table = "out"', 'trigger = "1s"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
+    env = {
+        **stack.process_env(),
+        "CDCPIPE_JOBS_DIRS": str(folder),
+        "CDCPIPE_LAKE": str(tmp_path / "lake"),
+        "CDCPIPE_SPARK_MASTER": "local[2]",
+    }
+    return name, env
+
+
+def status(name: str, env: dict[str, str]) -> dict[str, object]:
+    result = cdcpipe("jobs", "status", name, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """`condition`, but fail at once with the job's log if the job died (instead of waiting out the timeout)."""
+
+    def check() -> bool:
+        if condition():
+            return True
+        if status(name, env)["running"] is False:
+            log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
+            pytest.fail(f"job {name} died:\n{log[-3000:]}")
+        return False
+
+    return check
+
+
+def rows(tmp_path: Path) -> list[dict[str, object]]:
+    path = tmp_path / "lake" / "out"
+    if not any((path / "_delta_log").glob("*.json")):  # not created yet, or its first commit is in flight
+        return []
+    found: list[dict[str, object]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return found
+
+
+def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: Path) -> None:
+    name, env = job_env(stack, tmp_path, "latest_state", topic)
+    submitted = cdcpipe("jobs", "submit", name, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    try:
+        again = cdcpipe("jobs", "submit", name, env=env)
+        assert again.returncode == 2
+        assert "already running" in again.stderr
+        send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(20)])
+        wait_until(alive_and(name, env, tmp_path, lambda: len(rows(tmp_path)) == 20), 180, "the job to apply 20 events")
+        wait_until(lambda: status(name, env)["total_lag"] == 0, 60, "the lag to reach 0")
+        report = status(name, env)
+        assert report["running"] is True
+        assert isinstance(report["last_batch_id"], int)
+        assert report["lag"] == [
+            {"topic": topic, "partition": 0, "checkpoint_offset": 20, "latest_offset": 20, "lag": 0}
+        ]
+        listed = cdcpipe("jobs", "list", env=env).stdout
+        assert f"{name}" in listed
+        assert "running" in listed
+    finally:
+        stopped = cdcpipe("jobs", "stop", name, env=env)
+    assert f"{name}: stopped" in stopped.stdout
+    assert status(name, env)["running"] is False
+    log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack, topic: str, tmp_path: Path) -> None:
+    """SIGKILL at arbitrary moments (mid-batch included), then restart.
+
+    Balances are increments, so a batch applied twice or skipped would show.
+    """
+    name, env = job_env(stack, tmp_path, "projection", topic, projection="streaming_jobs.projections.balances:apply")
+    expected: dict[str, int] = {}
+    for wave in range(3):
+        assert cdcpipe("jobs", "submit", name, env=env).returncode == 0
+        for _ in range(4):
+            events: list[Event] = [(f"a-{i}", "MoneyDeposited", deposit(f"a-{i}", wave + 1), None) for i in range(10)]
+            send(stack, topic, events)
+            for i in range(10):
+                expected[f"a-{i}"] = expected.get(f"a-{i}", 0) + wave + 1
+            time.sleep(1.5)
+        report = status(name, env)
+        assert isinstance(report["pid"], int)
+        os.kill(report["pid"], signal.SIGKILL)
+        wait_until(lambda: status(name, env)["running"] is False, 30, "the killed job to be gone")
+    assert cdcpipe("jobs", "submit", name, env=env).returncode == 0
+    try:
+        wait_until(
+            alive_and(name, env, tmp_path, lambda: status(name, env)["total_lag"] == 0),
+            240,
+            "the restarted job to catch up",
+        )
+        wait_until(
+            lambda: {str(r["account_id"]): r["balance"] for r in rows(tmp_path)} == expected,
+            60,
+            "the balances to match",
+        )
+    finally:
+        cdcpipe("jobs", "stop", name, env=env)
+
+
+def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, tmp_path: Path) -> None:
+    if not stack.spark_master_url:
+        pytest.skip("no Spark standalone master in this stack (cdcpipe stack up --spark-cluster)")
+    name, env = job_env(stack, tmp_path, "event_log", topic)
+    ids = send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(10)])
+    result = cdcpipe("jobs", "submit", name, "--master", stack.spark_master_url, "--trigger", "available-now", env=env)
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: status(name, env)["running"] is False, 300, "the job to drain the topic and exit")
+    assert sorted(str(r["event_id"]) for r in rows(tmp_path)) == sorted(ids)
+    master = httpx.get("http://127.0.0.1:8080/json/", timeout=10).json()
+    assert f"cdcpipe-job-{name}" in [app["name"] for app in master["completedapps"]]
