@@ -32,11 +32,7 @@ from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import default_registry
 from schemas.errors import SchemaError
-from streaming_jobs import control as job_control
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.jobs import find as find_job
-from streaming_jobs.runner import optimize as optimize_job
-from streaming_jobs.spark_session import build_spark_session
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -358,6 +354,8 @@ def jobs_submit(
     trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
 ) -> None:
     """Start a job in the background, tracked by pid (its log: <lake>/_jobs/NAME.log)."""
+    from streaming_jobs import control as job_control
+
     settings = SparkSettings.load()
     pid = job_control.submit(settings, name, master=master, trigger=trigger)
     typer.echo(f"{name}: started (pid {pid}); `cdcpipe jobs status {name}` shows its progress")
@@ -366,6 +364,8 @@ def jobs_submit(
 @jobs_app.command("list")
 def jobs_list() -> None:
     """Every declared job: kind, table, topics, running or not."""
+    from streaming_jobs import control as job_control
+
     settings = SparkSettings.load()
     for spec, running in job_control.listing(settings):
         state = "running" if running else "stopped"
@@ -377,6 +377,8 @@ def jobs_list() -> None:
 @jobs_app.command("status")
 def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
+    from streaming_jobs import control as job_control
+
     report = job_control.status(SparkSettings.load(), name)
     if as_json:
         typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag}, indent=2))
@@ -398,6 +400,8 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
 @jobs_app.command("stop")
 def jobs_stop(name: str) -> None:
     """Stop gracefully: the micro-batch in flight finishes first."""
+    from streaming_jobs import control as job_control
+
     stopped = job_control.stop(SparkSettings.load(), name)
     typer.echo(f"{name}: {'stopped' if stopped else 'was not running'}")
 
@@ -405,6 +409,11 @@ def jobs_stop(name: str) -> None:
 @jobs_app.command("optimize")
 def jobs_optimize(name: str) -> None:
     """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
+    # pyspark loads only for the jobs commands, not for every `cdcpipe` call (the relay among them).
+    from streaming_jobs.jobs import find as find_job
+    from streaming_jobs.runner import optimize as optimize_job
+    from streaming_jobs.spark_session import build_spark_session
+
     settings = SparkSettings.load()
     spec = find_job(name, list(settings.jobs_dirs))
     spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")

@@ -14,12 +14,12 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from cdcpipe.processes import TrackedProcess
+from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec, find, load_all
@@ -90,25 +90,9 @@ class JobStatus:
         return sum(p.lag for p in self.lag)
 
 
-def checkpoint_offsets(checkpoint: Path) -> dict[tuple[str, int], int]:
-    """The offsets the last *committed* batch reached (a batch that is only planned does not count)."""
-    commits = (
-        [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if (checkpoint / "commits").is_dir() else []
-    )
-    if not commits:
-        return {}
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    reached: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:  # "v1", the batch metadata, then one JSON line per source
-        for topic, partitions in json.loads(line).items():
-            for partition, offset in partitions.items():
-                reached[(topic, int(partition))] = int(offset)
-    return reached
-
-
 def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
-    reached = checkpoint_offsets(spec.checkpoint_path(settings.lake))
+    reached = committed_offsets(spec.checkpoint_path(settings.lake))
     consumer = Consumer(
         {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdcpipe-jobs-status", "enable.auto.commit": False}
     )

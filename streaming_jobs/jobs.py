@@ -1,7 +1,7 @@
 """Job definitions: one TOML file per streaming job, under streaming_jobs/definitions/ or a folder of yours.
 
     name = "accounts_latest"
-    kind = "latest_state"                    # event_log | latest_state | projection
+    kind = "latest_state"                    # event_log | latest_state | projection | table_mirror | table_history
     topics = ["outbox.event.account"]
     table = "accounts_latest"                # a folder under CDCPIPE_LAKE, or an absolute path
     trigger = "1s"                           # a processing-time interval, or "available-now"
@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from streaming_jobs.errors import StreamingError
 
 DEFINITIONS_DIR = Path(__file__).parent / "definitions"
-Kind = Literal["event_log", "latest_state", "projection"]
+Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history"]
+TABLE_KINDS = ("table_mirror", "table_history")
 TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
 
 
@@ -39,6 +40,9 @@ class JobSpec(BaseModel):
     trigger: str = "1s"
     delete_event_types: tuple[str, ...] = ()
     projection: str | None = Field(None, description="module:function, for kind = projection")
+    source_table: str | None = Field(
+        None, description="schema.table whose row contract (schemas/tables/) the table kinds parse with"
+    )
     max_offsets_per_trigger: int | None = Field(None, ge=1, description="cap on records per micro-batch")
     optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
 
@@ -55,6 +59,10 @@ class JobSpec(BaseModel):
             raise ValueError('a projection job names its function: projection = "package.module:function"')
         if self.kind != "projection" and self.projection:
             raise ValueError(f"projection is only for kind = projection, not {self.kind}")
+        if self.kind in TABLE_KINDS and not self.source_table:
+            raise ValueError(f'a {self.kind} job names its table: source_table = "public.accounts"')
+        if self.kind not in TABLE_KINDS and self.source_table:
+            raise ValueError(f"source_table is only for the table kinds, not {self.kind}")
         if self.delete_event_types and self.kind != "latest_state":
             raise ValueError("delete_event_types is only for kind = latest_state")
         return self

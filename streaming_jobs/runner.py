@@ -21,10 +21,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from cdcpipe.errors import CdcpipeError
 from schemas.contracts import default_registry
+from streaming_jobs import retention
+from streaming_jobs.batches import handle_batch
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import JobSpec, find
-from streaming_jobs.sinks import BatchContext, app_id, handle_batch
+from streaming_jobs.sinks import BatchContext, app_id
 from streaming_jobs.spark_session import build_spark_session
 
 PROGRESS_FILE = "cdcpipe_progress.json"
@@ -39,6 +42,7 @@ def run(
     registry = default_registry()
     lake = settings.lake
     checkpoint = spec.checkpoint_path(lake)
+    retention.check(settings, spec)  # offsets retention deleted: refuse before any work, naming them
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
 
@@ -115,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run(spec, settings, trigger=args.trigger, stop=stop)
+    try:
+        run(spec, settings, trigger=args.trigger, stop=stop)
+    except CdcpipeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +20,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
-from schemas.contracts import ContractRegistry
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec
-from streaming_jobs.outbox_events import classify
 
 EVENT_COLUMNS = [
     "event_id",
@@ -74,10 +72,7 @@ class BatchContext:
             conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-Handler = Callable[[DataFrame, BatchContext], int]
-
-
-def _dead_letters(events: DataFrame, ctx: BatchContext) -> int:
+def write_dead_letters(events: DataFrame, ctx: BatchContext) -> int:
     """Append the batch's invalid records, raw bytes and all, with the reason and the coordinates."""
     dead = (
         events.where(F.col("error").isNotNull())
@@ -116,7 +111,8 @@ def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:
     return events.withColumn("_n", F.row_number().over(window)).where("_n = 1").drop("_n")
 
 
-def _ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
+def ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
+    """The job's table, created empty with these columns on the first batch."""
     if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
         columns.limit(0).write.format("delta").mode("ignore").save(str(ctx.table))
     return DeltaTable.forPath(ctx.spark, str(ctx.table))
@@ -125,9 +121,9 @@ def _ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
 def event_log(events: DataFrame, ctx: BatchContext) -> int:
     """Append every valid event once: dedupe by event id within the batch, insert only ids not yet there."""
     valid = _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False).select(
-        *EVENT_COLUMNS, "headers"
+        *EVENT_COLUMNS, "headers", F.current_timestamp().alias("_applied_at")
     )
-    table = _ensure_table(ctx, valid)
+    table = ensure_table(ctx, valid)
     with ctx.idempotent():
         (table.alias("t").merge(valid.alias("s"), "t.event_id = s.event_id").whenNotMatchedInsertAll().execute())
     return valid.count()
@@ -143,10 +139,10 @@ def latest_state(events: DataFrame, ctx: BatchContext) -> int:
             F.col("payload").isNull() | F.col("event_type").isin(*deletes) if deletes else F.col("payload").isNull()
         ).alias("_delete"),
     )
-    table = _ensure_table(ctx, newest.drop("_delete"))
+    table = ensure_table(ctx, newest.drop("_delete").withColumn("_applied_at", F.current_timestamp()))
     # Within one key, Kafka order is the order of the key's partition; an older position never wins.
     later = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
-    columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS}
+    columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS} | {"_applied_at": F.current_timestamp()}
     with ctx.idempotent():
         (
             table.alias("t")
@@ -169,17 +165,3 @@ def projection(events: DataFrame, ctx: BatchContext) -> int:
     valid = _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False).select(*EVENT_COLUMNS)
     function(valid, ctx)
     return valid.count()
-
-
-HANDLERS: dict[str, Handler] = {"event_log": event_log, "latest_state": latest_state, "projection": projection}
-
-
-def handle_batch(records: DataFrame, ctx: BatchContext, registry: ContractRegistry) -> tuple[int, int]:
-    """Classify the batch once, dead-letter the invalid records, apply the rest; (applied, dead) counts."""
-    events = classify(records, registry).cache()
-    try:
-        dead = _dead_letters(events, ctx)
-        applied = HANDLERS[ctx.job.kind](events, ctx)
-    finally:
-        events.unpersist()
-    return applied, dead

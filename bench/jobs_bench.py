@@ -1,0 +1,205 @@
+"""Streaming job benchmark: commit in Postgres -> row in the Delta read model, and what a job sustains.
+
+    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000]
+
+Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
+
+- Latency: the relay publishes an outbox that a generator fills at a fixed rate (open loop, 1 KB events); an
+  event-log job (trigger 1s) applies them. Each row records when its micro-batch applied it (`_applied_at`,
+  the MERGE's timestamp); latency = that minus the event's scheduled commit time. p50, p99, max.
+- Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
+  batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
+Writes bench/results/jobs.json; prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from deltalake import DeltaTable
+from psycopg import sql
+from relay_bench import PAD, generate, start_relay, wait_leader
+
+from infra.config import StackSettings
+from infra.stack import env_exports
+from schemas import outbox as schema_outbox
+from schemas.config import OutboxNames, SchemaSettings
+
+RESULTS = Path(__file__).parent / "results"
+PARTITIONS = 4
+
+
+def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.toml").write_text(
+        f'name = "{name}"\nkind = "{kind}"\ntopics = ["{topic}"]\ntable = "{name}"\ntrigger = "{trigger}"\n'
+    )
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
+
+
+def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float) -> dict[str, Any]:
+    dsn = env["CDCPIPE_PG_DSN"]
+    names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")
+    with psycopg.connect(dsn) as conn:
+        schema_outbox.apply(conn, names, SchemaSettings.load(pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}"))
+    topic = f"jobs.{tag}.bench"
+    AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]}).create_topics([NewTopic(topic, PARTITIONS, 1)])[
+        topic
+    ].result(30)
+    jobs = lake / "_bench_jobs"
+    name = f"latency_{tag}"
+    job_file(jobs, name, "event_log", topic, "1s")
+    job_env = {**env, "CDCPIPE_LAKE": str(lake), "CDCPIPE_JOBS_DIRS": str(jobs)}
+    relay_env = {
+        **env,
+        "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
+        "CDCPIPE_TOPIC_PATTERN": f"jobs.{tag}.{{aggregatetype}}",
+        "CDCPIPE_METRICS_PORT": "0",
+    }
+    log = RESULTS / "jobs_bench_relay.log"
+    relay = start_relay(relay_env, log)
+    job_log = (RESULTS / "jobs_bench_job.log").open("wb")
+    # The job runs as `cdcpipe jobs submit` runs it: its own driver process.
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)],
+        env=job_env,
+        stdout=job_log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_leader(dsn, names, relay.pid)
+        time.sleep(20)  # the driver's start-up and its first (empty) batches
+        report: mp.Queue[dict[str, Any]] = mp.Queue()
+        start_ns = time.time_ns() + 1_000_000_000
+        generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
+        generator.start()
+        generator.join(seconds + 120)
+        generated = report.get(timeout=10)
+        table = lake / name
+        expected = generated["events"]
+        deadline = time.monotonic() + 120
+        rows: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            if any((table / "_delta_log").glob("*.json")):
+                rows = DeltaTable(str(table)).to_pyarrow_table(columns=["payload", "_applied_at"]).to_pylist()
+                if len(rows) >= expected:
+                    break
+            time.sleep(2)
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        driver.wait(180)
+        relay.send_signal(signal.SIGTERM)
+        relay.wait(60)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
+    seconds_each = []
+    for r in rows:
+        payload = str(r["payload"])
+        scheduled_ns = int(payload[payload.index(":") + 1 : payload.index(",")])
+        seconds_each.append(r["_applied_at"].timestamp() - scheduled_ns / 1e9)
+    return {
+        "rate_per_s": rate,
+        "seconds": seconds,
+        "generated": generated,
+        "applied": len(rows),
+        "latency_s": {
+            "p50": round(percentile(seconds_each, 50), 3),
+            "p99": round(percentile(seconds_each, 99), 3),
+            "max": round(max(seconds_each), 3),
+            "mean": round(statistics.fmean(seconds_each), 3),
+        }
+        if seconds_each
+        else None,
+    }
+
+
+def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[str, Any]:
+    topic = f"jobs.{tag}.throughput"
+    AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]}).create_topics([NewTopic(topic, PARTITIONS, 1)])[
+        topic
+    ].result(30)
+    producer = Producer({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"], "linger.ms": 20})
+    value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
+    for k in range(events):
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("id", str(uuid.uuid4()).encode()),
+            ("eventType", b"AccountOpened"),
+            ("eventVersion", b"1"),
+        ]
+        while True:
+            try:
+                producer.produce(topic, key=f"acc-{k % 10_000}".encode(), value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush()
+    jobs = lake / "_bench_jobs"
+    name = f"throughput_{tag}"
+    job_file(jobs, name, "latest_state", topic, "available-now")
+    began = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)],
+        env={**env, "CDCPIPE_LAKE": str(lake)},
+        check=True,
+        capture_output=True,
+    )
+    wall = time.monotonic() - began
+    progress = json.loads((lake / "_checkpoints" / name / "cdcpipe_progress.json").read_text())
+    return {
+        "events": events,
+        "distinct_keys": 10_000,
+        "run_seconds_with_startup": round(wall, 1),
+        "events_per_s_with_startup": round(events / wall),
+        "last_batch_rows_per_s": round((progress.get("progress") or {}).get("processedRowsPerSecond") or 0),
+        "applied": progress.get("applied"),
+    }
+
+
+def main() -> None:
+    """Run both measurements and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=3000)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--events", type=int, default=200_000)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    for line in env_exports(StackSettings.load()):
+        key, _, value = line.removeprefix("export ").partition("=")
+        env[key] = shlex.split(value)[0]
+    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
+    RESULTS.mkdir(exist_ok=True)
+    tag = uuid.uuid4().hex[:8]
+    lake = Path(env["CDCPIPE_LAKE"]) / f"_bench_{tag}"
+    result = {
+        "benchmark": "streaming_jobs",
+        "cores": os.cpu_count(),
+        "latency": latency(env, lake, tag, args.rate, args.seconds),
+        "throughput": throughput(env, lake, tag, args.events),
+        "note": "latency is scheduled commit time -> the MERGE that applied the row (trigger 1s, event log)",
+    }
+    (RESULTS / "jobs.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

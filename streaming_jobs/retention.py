@@ -1,0 +1,76 @@
+"""Refuse to resume a job whose next offsets Kafka's retention already deleted: loud, before any work.
+
+Spark's `failOnDataLoss=true` stops a running query on the same condition; this check runs at start so the
+message can say exactly which offsets are gone and what the user can do, and nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streaming_jobs.checkpoints import committed_offsets
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.jobs import JobSpec
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets [first, first_available) of one partition: needed by the job, deleted by retention."""
+
+    topic: str
+    partition: int
+    first: int
+    first_available: int
+
+
+class DataLossError(StreamingError):
+    """The job would have to skip records that retention deleted; it does not start."""
+
+    def __init__(self, job: str, gaps: list[Gap], checkpoint: str) -> None:
+        lines = [
+            f"  {g.topic}[{g.partition}]: offsets {g.first}..{g.first_available - 1} are gone "
+            f"({g.first_available - g.first} records); the first offset still available is {g.first_available}"
+            for g in gaps
+        ]
+        super().__init__(
+            f"job {job} cannot resume without skipping records retention deleted before it read them:\n"
+            + "\n".join(lines)
+            + "\nNothing was skipped: the job did not start. To proceed, either rebuild from what is retained "
+            f"(stop the job, move {checkpoint} and the job's tables aside, submit it again: it starts from the "
+            "earliest retained offsets), or restore the missing records into the topic. Raise the topic's "
+            "retention.ms so a stopped job has time to come back."
+        )
+        self.gaps = gaps
+
+
+def gaps(settings: SparkSettings, spec: JobSpec) -> list[Gap]:
+    """Partitions where the checkpoint's next offset is below the earliest offset Kafka still has."""
+    reached = committed_offsets(spec.checkpoint_path(settings.lake))
+    if not reached:
+        return []  # a new checkpoint starts at the earliest retained offset: nothing can be skipped
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": "cdcpipe-retention-check",
+            "enable.auto.commit": False,
+        }
+    )
+    found = []
+    try:
+        for (topic, partition), offset in sorted(reached.items()):
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if offset < low:
+                found.append(Gap(topic, partition, offset, low))
+    finally:
+        consumer.close()
+    return found
+
+
+def check(settings: SparkSettings, spec: JobSpec) -> None:
+    """Raise DataLossError naming every gap, if there is one."""
+    found = gaps(settings, spec)
+    if found:
+        raise DataLossError(spec.name, found, str(spec.checkpoint_path(settings.lake)))
