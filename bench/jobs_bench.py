@@ -51,6 +51,11 @@ def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str) -> No
     )
 
 
+def create_topic(env: dict[str, str], topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]})  # kept alive until the result
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
@@ -62,9 +67,7 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
     with psycopg.connect(dsn) as conn:
         schema_outbox.apply(conn, names, SchemaSettings.load(pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}"))
     topic = f"jobs.{tag}.bench"
-    AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]}).create_topics([NewTopic(topic, PARTITIONS, 1)])[
-        topic
-    ].result(30)
+    create_topic(env, topic)
     jobs = lake / "_bench_jobs"
     name = f"latency_{tag}"
     job_file(jobs, name, "event_log", topic, "1s")
@@ -135,9 +138,7 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
 
 def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[str, Any]:
     topic = f"jobs.{tag}.throughput"
-    AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]}).create_topics([NewTopic(topic, PARTITIONS, 1)])[
-        topic
-    ].result(30)
+    create_topic(env, topic)
     producer = Producer({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"], "linger.ms": 20})
     value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
     for k in range(events):

@@ -56,15 +56,22 @@ def parse(contract: Contract, raw: Column) -> Column:
     return F.from_json(raw, spark_schema(contract), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
 
 
-def violation(contract: Contract, raw: Column) -> Column:
-    """The first way `raw` breaks `contract`, as text naming the field; null when it keeps the contract."""
-    parsed = parse(contract, raw)
+def violation(contract: Contract, raw: Column, parsed: Column) -> Column:
+    """The first way `raw` breaks `contract`, as text naming the field; null when it keeps the contract.
+
+    `parsed` is `parse(contract, raw)` as a column of its own: every check reads its fields, and a column
+    is computed once per row where a repeated expression would parse the JSON again for each check.
+    """
     schema = contract.schema
     properties: Mapping[str, Any] = schema.get("properties", {})
+    # from_json parses each payload once; only a payload it rejects is looked at again (to say whether the
+    # JSON itself is broken or a field has the wrong type), so the common, valid case costs one parse.
+    rejected = F.when(F.json_object_keys(raw).isNull(), F.lit("malformed JSON, or not a JSON object")).otherwise(
+        F.lit("a field has the wrong type for the contract")
+    )
     checks: list[tuple[Column, Column | str]] = [
         (raw.isNull(), "no payload (null value) for an event that is not a tombstone"),
-        (F.json_object_keys(raw).isNull(), "malformed JSON, or not a JSON object"),
-        (parsed[CORRUPT].isNotNull(), "a field has the wrong type for the contract"),
+        (parsed[CORRUPT].isNotNull(), rejected),
     ]
     for name in schema.get("required", []):
         checks.append((parsed[name].isNull(), f"missing field $.{name}"))

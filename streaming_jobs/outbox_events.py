@@ -12,7 +12,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.contracts import ContractRegistry
-from streaming_jobs.contracts_spark import violation
+from streaming_jobs.contracts_spark import parse, violation
 
 
 def _header(name: str) -> Column:
@@ -42,12 +42,17 @@ def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
 
     by_contract = F.lit(None).cast("string")
     known = F.lit(False)
-    for contract in registry:
+    parsed_columns = []
+    for i, contract in enumerate(registry):
         this = (F.col("event_type") == contract.event_type) & (F.col("event_version") == contract.version)
         known = known | this
-        by_contract = F.when(this & F.col("raw_value").isNotNull(), violation(contract, F.col("payload"))).otherwise(
-            by_contract
-        )
+        # Parsed once, only for the events of this contract, into a column the checks then read.
+        parsed = f"_parsed_{i}"
+        parsed_columns.append(parsed)
+        events = events.withColumn(parsed, F.when(this, parse(contract, F.col("payload"))))
+        by_contract = F.when(
+            this & F.col("raw_value").isNotNull(), violation(contract, F.col("payload"), F.col(parsed))
+        ).otherwise(by_contract)
     error = (
         F.when(F.col("raw_key").isNull(), F.lit("null key: the aggregate id is missing"))
         .when(F.col("event_id").isNull(), F.lit("no 'id' header: the event id is missing"))
@@ -65,4 +70,4 @@ def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
         )
         .otherwise(by_contract)
     )
-    return events.withColumn("error", error).drop("event_version_text")
+    return events.withColumn("error", error).drop("event_version_text", *parsed_columns)
