@@ -114,3 +114,10 @@ class StageSettings(BaseSettings):
                 default = "" if field.default is None else str(field.default)
             rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))
         return rows
+
+
+def split_list(value: object, separator: str = ",") -> object:
+    """A list setting given as one string (an environment variable): split it; anything else as it is."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(separator) if part.strip()]
+    return value

@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.settings import StageSettings
+from cdcpipe.settings import StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
 
@@ -47,9 +47,7 @@ class RelaySettings(StageSettings):
     @field_validator("allowed_aggregate_types", mode="before")
     @classmethod
     def _comma_separated(cls, value: object) -> object:
-        if isinstance(value, str):
-            return frozenset(v.strip() for v in value.split(",") if v.strip())
-        return value
+        return split_list(value)
 
     @field_validator("topic_pattern")
     @classmethod

@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.settings import StageSettings
+from cdcpipe.settings import StageSettings, split_list
 
 # Postgres truncates longer names silently, which would make two settings name one object.
 MAX_IDENTIFIER_BYTES = 63
@@ -92,8 +92,7 @@ class SchemaSettings(StageSettings):
     @field_validator("captured_tables", mode="before")
     @classmethod
     def _tables(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
+        value = split_list(value)
         for table in value if isinstance(value, list | tuple) else []:
             schema, dot, name = str(table).partition(".")
             if not dot:

@@ -101,15 +101,21 @@ class ContractRegistry:
         return len(self._contracts)
 
 
+def read_json_schema(path: Path) -> dict[str, Any]:
+    """A JSON Schema file, checked against the 2020-12 meta-schema; a ContractError names what is wrong."""
+    try:
+        schema: dict[str, Any] = json.loads(path.read_text())
+        Draft202012Validator.check_schema(schema)
+    except (json.JSONDecodeError, JsonSchemaError) as exc:
+        raise ContractError(f"{path}: not a valid JSON Schema ({exc})") from exc
+    return schema
+
+
 def _load(path: Path) -> Contract:
     match = _FILE_NAME.match(path.name)
     if match is None:
         raise ContractError(f"{path}: a contract file is named <EventType>.v<N>.json, like AccountOpened.v1.json")
-    try:
-        schema = json.loads(path.read_text())
-        Draft202012Validator.check_schema(schema)
-    except (json.JSONDecodeError, JsonSchemaError) as exc:
-        raise ContractError(f"{path}: not a valid JSON Schema ({exc})") from exc
+    schema = read_json_schema(path)
     aggregate_type = schema.get("x-aggregate-type")
     if not isinstance(aggregate_type, str) or not aggregate_type:
         raise ContractError(f'{path}: declare the aggregate type, e.g. "x-aggregate-type": "account"')

@@ -6,16 +6,13 @@ name the primary key (`x-primary-key`) the mirror and history jobs key on. More 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError as JsonSchemaError
-
+from schemas.contracts import read_json_schema
 from schemas.errors import ContractError
 
 BUILTIN_DIR = Path(__file__).parent / "tables"
@@ -50,11 +47,7 @@ def load_table_contract(table: str) -> TableContract:
 
 
 def _load(table: str, path: Path) -> TableContract:
-    try:
-        schema = json.loads(path.read_text())
-        Draft202012Validator.check_schema(schema)
-    except (json.JSONDecodeError, JsonSchemaError) as exc:
-        raise ContractError(f"{path}: not a valid JSON Schema ({exc})") from exc
+    schema = read_json_schema(path)
     key = schema.get("x-primary-key")
     properties = schema.get("properties", {})
     if not isinstance(key, list) or not key or any(k not in properties for k in key):

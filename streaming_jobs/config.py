@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from cdcpipe.home import default_home
-from cdcpipe.settings import StageSettings
+from cdcpipe.settings import StageSettings, split_list
 
 
 class SparkSettings(StageSettings):
@@ -39,6 +39,4 @@ class SparkSettings(StageSettings):
     @field_validator("jobs_dirs", mode="before")
     @classmethod
     def _colon_separated(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(Path(p) for p in value.split(":") if p)
-        return value
+        return split_list(value, ":")
