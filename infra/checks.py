@@ -13,7 +13,15 @@ from infra.errors import StackError
 
 def produce_sample(settings: StackSettings, topic: str, count: int) -> None:
     """Produce `count` small JSON records to `topic` (auto-created) and wait until all are acknowledged."""
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "acks": "all", "enable.idempotence": True})
+    # log_level 3: librdkafka's transient retry warnings (a coordinator still loading) are not news to a user.
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "log_level": 3,
+        }
+    )
     failures: list[str] = []
 
     def delivered(err: object, msg: object) -> None:
