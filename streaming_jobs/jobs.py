@@ -45,6 +45,9 @@ class JobSpec(BaseModel):
     )
     max_offsets_per_trigger: int | None = Field(None, ge=1, description="cap on records per micro-batch")
     optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
+    dedupe_window_minutes: int = Field(
+        60, ge=0, description="event_log: how far back a resent event id is looked for (0: the whole table)"
+    )
 
     @field_validator("trigger")
     @classmethod

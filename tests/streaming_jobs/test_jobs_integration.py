@@ -151,6 +151,16 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     job.run()  # nothing new: nothing changes
     assert len(job.table()) == 2
     assert len(job.table("_dead_letters")) == 6
+    # A copy sent again later (a publisher restarting) lands in another micro-batch: still one row.
+    send_again.produce(
+        topic,
+        key="a-1",
+        value=deposit("a-1", 5),
+        headers=[("id", ids[1]), ("eventType", "MoneyDeposited"), ("eventVersion", "1")],
+    )
+    send_again.flush(30)
+    job.run()
+    assert sorted(str(r["event_id"]) for r in job.table()) == sorted(ids[:2])
 
 
 def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
