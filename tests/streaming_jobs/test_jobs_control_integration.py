@@ -140,3 +140,20 @@ def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, tmp_path
     assert sorted(str(r["event_id"]) for r in rows(tmp_path)) == sorted(ids)
     master = httpx.get("http://127.0.0.1:8080/json/", timeout=10).json()
     assert f"cdcpipe-job-{name}" in [app["name"] for app in master["completedapps"]]
+
+
+def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, topic: str, tmp_path: Path) -> None:
+    name, env = job_env(stack, tmp_path, "event_log", topic)
+    for wave in range(3):  # three runs, three appends: three small files
+        send(stack, topic, [(f"w{wave}-{i}", "AccountOpened", opened(f"w{wave}-{i}"), None) for i in range(5)])
+        assert cdcpipe("jobs", "submit", name, "--trigger", "available-now", env=env).returncode == 0
+        wait_until(lambda: status(name, env)["running"] is False, 180, "the job to drain the topic")
+    table = DeltaTable(str(tmp_path / "lake" / "out"))
+    files_before = len(table.file_uris())
+    assert files_before >= 3
+    result = cdcpipe("jobs", "optimize", name, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = DeltaTable(str(tmp_path / "lake" / "out"))
+    assert table.history(1)[0]["operation"] == "OPTIMIZE"
+    assert len(table.file_uris()) < files_before
+    assert len(rows(tmp_path)) == 15, "compaction must not change the rows"
