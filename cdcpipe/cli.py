@@ -367,11 +367,9 @@ def jobs_list() -> None:
     from streaming_jobs import control as job_control
 
     settings = SparkSettings.load()
-    for spec, running in job_control.listing(settings):
+    for spec, where, running in job_control.listing(settings):
         state = "running" if running else "stopped"
-        typer.echo(
-            f"{spec.name:<24} {spec.kind:<13} {state:<8} {spec.table_path(settings.lake)}  <- {', '.join(spec.topics)}"
-        )
+        typer.echo(f"{spec.name:<24} {spec.kind:<13} {state:<8} {where.table}  <- {', '.join(spec.topics)}")
 
 
 @jobs_app.command("status")
@@ -385,6 +383,7 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
         return
     state = f"running (pid {report.pid})" if report.running else "not running"
     typer.echo(f"{report.name} ({report.kind}): {state}")
+    typer.echo(f"  table {report.table}, checkpoint {report.checkpoint}")
     typer.echo(
         f"  last batch {report.last_batch_id}, {report.processed_rows_per_s or 0:.0f} rows/s processed, "
         f"batch took {report.batch_duration_ms} ms; applied {report.applied}, dead letters {report.dead_letters}"
@@ -410,18 +409,79 @@ def jobs_stop(name: str) -> None:
 def jobs_optimize(name: str) -> None:
     """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
     # pyspark loads only for the jobs commands, not for every `cdcpipe` call (the relay among them).
+    from streaming_jobs import locations
     from streaming_jobs.jobs import find as find_job
     from streaming_jobs.runner import optimize as optimize_job
     from streaming_jobs.spark_session import build_spark_session
 
     settings = SparkSettings.load()
-    spec = find_job(name, list(settings.jobs_dirs))
+    where = locations.current(find_job(name, list(settings.jobs_dirs)), settings.lake)
     spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
     try:
-        optimize_job(spark, spec, settings.lake)
+        optimize_job(spark, where)
     finally:
         spark.stop()
-    typer.echo(f"{name}: compacted {spec.table_path(settings.lake)}")
+    typer.echo(f"{name}: compacted {where.table}")
+
+
+SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone, or topic:partition:offset,..."
+
+
+@app.command("backfill")
+def backfill_command(
+    job: str,
+    start: str = typer.Option(..., "--from", help=f"where the range starts: {SPEC_HELP}"),
+    end: str = typer.Option("latest", "--to", help=f"where it ends (exclusive): {SPEC_HELP}"),
+    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+) -> None:
+    """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
+    from streaming_jobs import positions, rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    spec = find_job(job, list(settings.jobs_dirs))
+    outcome = rerun.backfill(settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size)
+    typer.echo(
+        f"{job}: backfilled {outcome.span.total} records in {outcome.chunks} chunk(s), {outcome.seconds:.1f} s "
+        f"({outcome.events_per_s:,.0f}/s): {outcome.applied} applied, {outcome.dead_letters} dead letters; "
+        "offsets the table already held were skipped"
+    )
+
+
+@app.command("replay")
+def replay_command(
+    job: str,
+    into: Path | None = typer.Option(None, help="the new table's folder (default: beside the current one)"),
+    swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
+    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+) -> None:
+    """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
+    from streaming_jobs import rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    done = rerun.replay(settings, find_job(job, list(settings.jobs_dirs)), into=into, swap=swap, chunk_size=chunk_size)
+    typer.echo(
+        f"{job}: rebuilt {done.location.table} from {done.rebuild.span.total} records "
+        f"({done.rebuild.events_per_s:,.0f}/s)"
+    )
+    if done.swapped:
+        typer.echo(f"{job}: now uses {done.location.table}, streaming from where the rebuild ended")
+    else:
+        typer.echo(f"{job}: still uses its old table; `cdcpipe replay {job} --into {done.location.table} --swap`")
+
+
+@jobs_app.command("rewind")
+def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}")) -> None:
+    """Resume the job from an earlier position (a new checkpoint); rows it holds are not applied twice."""
+    from streaming_jobs import positions, rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    where, before, after = rerun.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
+    for (topic, partition), offset in sorted(after.items()):
+        typer.echo(f"  {topic}[{partition}]: {before[(topic, partition)]} -> {offset}")
+    typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
 
 
 def main() -> None:

@@ -1,19 +1,32 @@
-"""One micro-batch of a job: classify the records, dead-letter the bad ones, hand the rest to the job's kind."""
+"""One batch of a job (a streaming micro-batch or a backfill chunk), applied once.
+
+It drops what the table already holds, classifies the rest, dead-letters the bad records and hands the
+good ones to the job's kind. The whole of it runs under the table's writer lock (streaming_jobs.locks), so the check of which offsets
+the table holds (streaming_jobs.applied) and the write that adds this batch's cannot interleave with
+another writer's.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
-from streaming_jobs import outbox_events, table_changes
+from streaming_jobs import applied, outbox_events, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
+from streaming_jobs.locks import table_lock
+from streaming_jobs.positions import Partition
 from streaming_jobs.sinks import BatchContext, event_log, latest_state, projection, write_dead_letters
 from streaming_jobs.sinks_tables import table_history, table_mirror
 
 Handler = Callable[[DataFrame, BatchContext], int]
+Ranges = Mapping[Partition, applied.Interval]
 
 
 def _table_kind(write: Callable[..., int]) -> Handler:
@@ -32,16 +45,61 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def handle_batch(records: DataFrame, ctx: BatchContext, registry: ContractRegistry) -> tuple[int, int]:
-    """Classify the batch once, dead-letter the invalid records, apply the rest; (applied, dead) counts."""
-    if ctx.job.kind in TABLE_KINDS:
-        classified = table_changes.classify(records, load_table_contract(ctx.job.source_table or ""))
-    else:
-        classified = outbox_events.classify(records, registry)
-    classified = classified.cache()
-    try:
-        dead = write_dead_letters(classified, ctx)
-        applied = HANDLERS[ctx.job.kind](classified, ctx)
-    finally:
-        classified.unpersist()
-    return applied, dead
+def record_ranges(records: DataFrame) -> dict[Partition, applied.Interval]:
+    """The [first, last + 1) offsets of the records, per partition (one small aggregation)."""
+    rows = records.groupBy("topic", "partition").agg(F.min("offset"), F.max("offset")).collect()
+    return {(str(r[0]), int(r[1])): (int(r[2]), int(r[3]) + 1) for r in rows}
+
+
+def _outside(held: applied.Applied) -> Column:
+    """True for a record at an offset the table does not hold yet."""
+    inside = [
+        (F.col("topic") == topic) & (F.col("partition") == partition) & F.col("offset").between(start, end - 1)
+        for (topic, partition), spans in held.intervals.items()
+        for start, end in spans
+    ]
+    return ~functools.reduce(operator.or_, inside) if inside else F.lit(True)
+
+
+def handle_batch(
+    records: DataFrame, ctx: BatchContext, registry: ContractRegistry, covered: Ranges | None = None
+) -> tuple[int, int]:
+    """Apply the records the table does not hold yet; (applied, dead-lettered) counts.
+
+    `covered` is the offsets the batch read, per partition (from the plan: a streaming batch's offsets
+    file, a backfill's chunk); without it they are taken from the records.
+    """
+    with table_lock(ctx.table, holder=f"job {ctx.job.name} batch {ctx.batch_id}"):
+        held = applied.read(ctx.table)
+        ranges = dict(covered) if covered is not None else record_ranges(records)
+        if held.covers(ranges):
+            return 0, 0  # a replayed batch, or a range applied before: nothing to do, no Spark job run
+        ctx = replace(ctx, applied_metadata=held.plus(ranges).metadata())
+        fresh = records.where(_outside(held)) if held.intervals else records
+        if ctx.job.kind in TABLE_KINDS:
+            classified = table_changes.classify(fresh, load_table_contract(ctx.job.source_table or ""))
+        else:
+            classified = outbox_events.classify(fresh, registry)
+        classified = classified.cache()
+        try:
+            dead = write_dead_letters(classified, ctx)
+            done = HANDLERS[ctx.job.kind](classified, ctx)
+        finally:
+            classified.unpersist()
+        if not applied.read(ctx.table).covers(ranges):
+            _record_only(ctx)
+        return done, dead
+
+
+def _record_only(ctx: BatchContext) -> None:
+    """Commit the batch's intervals alone, for a batch whose handler made no commit (say, all dead letters).
+
+    Without it the table would not know it holds these offsets, and a later rewind or backfill over them
+    would send their dead letters again.
+    """
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        empty = ctx.spark.read.format("delta").load(str(ctx.table)).limit(0)
+        with ctx.idempotent():
+            empty.write.format("delta").mode("append").save(str(ctx.table))

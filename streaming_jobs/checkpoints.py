@@ -5,21 +5,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from streaming_jobs.positions import Offsets
 
-def committed_offsets(checkpoint: Path) -> dict[tuple[str, int], int]:
-    """The offsets the last *committed* batch reached, per (topic, partition); a planned batch does not count.
+
+def batch_end(checkpoint: Path, batch_id: int) -> Offsets | None:
+    """The offsets batch `batch_id` reads up to (exclusive), as planned in `offsets/N`; None if not planned.
 
     Spark writes `offsets/N` when it plans batch N and `commits/N` once the batch's sink succeeded; the
     offsets file holds "v1", the batch metadata, then one JSON object per source: {topic: {partition: offset}}.
     """
-    commits_dir = checkpoint / "commits"
-    commits = [int(p.name) for p in commits_dir.glob("[0-9]*")] if commits_dir.is_dir() else []
-    if not commits:
-        return {}
-    lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
-    reached: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
+    path = checkpoint / "offsets" / str(batch_id)
+    if not path.exists():
+        return None
+    reached: Offsets = {}
+    for line in path.read_text().splitlines()[2:]:
         for topic, partitions in json.loads(line).items():
             for partition, offset in partitions.items():
                 reached[(topic, int(partition))] = int(offset)
     return reached
+
+
+def committed_offsets(checkpoint: Path) -> Offsets:
+    """The offsets the last *committed* batch reached, per (topic, partition); a planned batch does not count."""
+    commits_dir = checkpoint / "commits"
+    commits = [int(p.name) for p in commits_dir.glob("[0-9]*")] if commits_dir.is_dir() else []
+    return (batch_end(checkpoint, max(commits)) or {}) if commits else {}

@@ -13,12 +13,16 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from cdcpipe.processes import TrackedProcess
+from streaming_jobs import locations
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
@@ -49,7 +53,29 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
         command += ["--trigger", trigger]
     env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
     settings.lake.mkdir(parents=True, exist_ok=True)
-    return process.start(command, env=env, cwd=settings.lake)
+    pid = process.start(command, env=env, cwd=settings.lake)
+    # What it was started with, so a rewind or a replay's swap can start it again the same way.
+    _submitted(settings, spec.name).write_text(json.dumps({"master": master, "trigger": trigger}))
+    return pid
+
+
+def _submitted(settings: SparkSettings, name: str) -> Path:
+    return settings.lake / "_jobs" / f"{name}.submit.json"
+
+
+@contextmanager
+def paused(settings: SparkSettings, name: str) -> Iterator[bool]:
+    """Stop the job gracefully if it runs, and start it again afterwards the way it was submitted.
+
+    Yields whether it was running. If the block fails, the job stays stopped: the error is the user's to read
+    before anything resumes.
+    """
+    was_running = stop(settings, name)
+    yield was_running
+    if was_running:
+        path = _submitted(settings, name)
+        args = json.loads(path.read_text()) if path.exists() else {}
+        submit(settings, name, master=args.get("master"), trigger=args.get("trigger"))
 
 
 def stop(settings: SparkSettings, name: str, timeout_s: float = 180) -> bool:
@@ -74,6 +100,8 @@ class JobStatus:
 
     name: str
     kind: str
+    table: str
+    checkpoint: str
     running: bool
     pid: int | None
     last_batch_id: int | None
@@ -92,7 +120,7 @@ class JobStatus:
 
 def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
-    reached = committed_offsets(spec.checkpoint_path(settings.lake))
+    reached = committed_offsets(locations.current(spec, settings.lake).checkpoint)
     consumer = Consumer(
         {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdcpipe-jobs-status", "enable.auto.commit": False}
     )
@@ -117,13 +145,16 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
     """The job's process, its last progress, and its lag."""
     spec = find(name, list(settings.jobs_dirs))
     process = tracked(settings, spec.name)
-    progress_file = spec.checkpoint_path(settings.lake) / PROGRESS_FILE
+    where = locations.current(spec, settings.lake)
+    progress_file = where.checkpoint / PROGRESS_FILE
     record: dict[str, Any] = json.loads(progress_file.read_text()) if progress_file.exists() else {}
     progress = record.get("progress") or {}
     pid = process.pid()
     return JobStatus(
         name=spec.name,
         kind=spec.kind,
+        table=str(where.table),
+        checkpoint=str(where.checkpoint),
         running=pid is not None,
         pid=pid,
         last_batch_id=progress.get("batchId"),
@@ -137,9 +168,9 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
     )
 
 
-def listing(settings: SparkSettings) -> list[tuple[JobSpec, bool]]:
-    """Every declared job, and whether it runs now."""
+def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
+    """Every declared job, where its table is now, and whether it runs."""
     return [
-        (spec, tracked(settings, name).pid() is not None)
+        (spec, locations.current(spec, settings.lake), tracked(settings, name).pid() is not None)
         for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
     ]

@@ -14,6 +14,7 @@ from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec
+from streaming_jobs.locations import Location
 
 
 @dataclass(frozen=True)
@@ -39,16 +40,19 @@ class DataLossError(StreamingError):
             f"job {job} cannot resume without skipping records retention deleted before it read them:\n"
             + "\n".join(lines)
             + "\nNothing was skipped: the job did not start. To proceed, either rebuild from what is retained "
-            f"(stop the job, move {checkpoint} and the job's tables aside, submit it again: it starts from the "
-            "earliest retained offsets), or restore the missing records into the topic. Raise the topic's "
+            f"(`cdcpipe replay {job} --swap`: a new table from the earliest retained offsets; the old one and "
+            f"{checkpoint} stay as they are), or restore the missing records into the topic. Raise the topic's "
             "retention.ms so a stopped job has time to come back."
         )
         self.gaps = gaps
 
 
-def gaps(settings: SparkSettings, spec: JobSpec) -> list[Gap]:
+def gaps(settings: SparkSettings, where: Location) -> list[Gap]:
     """Partitions where the checkpoint's next offset is below the earliest offset Kafka still has."""
-    reached = committed_offsets(spec.checkpoint_path(settings.lake))
+    reached = committed_offsets(where.checkpoint)
+    if not reached and where.starting_offsets:
+        # A rewind's or replay's new checkpoint: where it was told to start.
+        reached = {(t, int(p)): o for t, parts in where.starting_offsets.items() for p, o in parts.items()}
     if not reached:
         return []  # a new checkpoint starts at the earliest retained offset: nothing can be skipped
     consumer = Consumer(
@@ -69,8 +73,8 @@ def gaps(settings: SparkSettings, spec: JobSpec) -> list[Gap]:
     return found
 
 
-def check(settings: SparkSettings, spec: JobSpec) -> None:
+def check(settings: SparkSettings, spec: JobSpec, where: Location) -> None:
     """Raise DataLossError naming every gap, if there is one."""
-    found = gaps(settings, spec)
+    found = gaps(settings, where)
     if found:
-        raise DataLossError(spec.name, found, str(spec.checkpoint_path(settings.lake)))
+        raise DataLossError(spec.name, found, str(where.checkpoint))

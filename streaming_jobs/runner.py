@@ -23,11 +23,15 @@ from pyspark.sql import DataFrame
 
 from cdcpipe.errors import CdcpipeError
 from schemas.contracts import default_registry
-from streaming_jobs import retention
+from streaming_jobs import applied, locations, retention
+from streaming_jobs.applied import Interval
 from streaming_jobs.batches import handle_batch
+from streaming_jobs.checkpoints import batch_end
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import JobSpec, find
-from streaming_jobs.sinks import BatchContext, app_id
+from streaming_jobs.locks import table_lock
+from streaming_jobs.positions import Partition
+from streaming_jobs.sinks import USER_METADATA, BatchContext, app_id
 from streaming_jobs.spark_session import build_spark_session
 
 PROGRESS_FILE = "cdcpipe_progress.json"
@@ -38,27 +42,29 @@ def run(
 ) -> None:
     """Run until the sources are drained (available-now) or `stop` is set."""
     stop = stop or threading.Event()
+    lake = settings.lake
+    where = locations.current(spec, lake)
+    checkpoint = where.checkpoint
+    retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
     registry = default_registry()
-    lake = settings.lake
-    checkpoint = spec.checkpoint_path(lake)
-    retention.check(settings, spec)  # offsets retention deleted: refuse before any work, naming them
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
-        ctx = BatchContext(spark, spec, spec.table_path(lake), spec.dead_letter_path(lake), identity, batch_id)
-        applied, dead = handle_batch(records, ctx, registry)
-        counts["applied"] += applied
+        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, batch_id)
+        done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
+        counts["applied"] += done
         counts["dead_letters"] += dead
         if spec.optimize_every and batch_id and batch_id % spec.optimize_every == 0:
-            optimize(spark, spec, lake)
+            optimize(spark, where)
 
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", ",".join(spec.topics))
-        .option("startingOffsets", "earliest")
+        # Only a checkpoint Spark never wrote uses this: a new job, or a rewind/replay's new checkpoint.
+        .option("startingOffsets", json.dumps(where.starting_offsets) if where.starting_offsets else "earliest")
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
@@ -88,13 +94,34 @@ def run(
         spark.stop()
 
 
-def optimize(spark: Any, spec: JobSpec, lake: Path) -> None:
-    """Compact the job's tables (small files from many micro-batches) so reads do not slow down."""
+def _batch_ranges(checkpoint: Path, batch_id: int) -> dict[Partition, Interval] | None:
+    """The offsets batch N reads, from the checkpoint's plan: [end of batch N-1, end of batch N).
+
+    None for a first batch (its start is not in the checkpoint): the records then say where it starts.
+    """
+    end = batch_end(checkpoint, batch_id)
+    start = batch_end(checkpoint, batch_id - 1) if batch_id > 0 else None
+    if end is None or start is None:
+        return None
+    # A partition new since the last batch starts at its first offset: it is not in the previous plan.
+    return {tp: (start.get(tp, 0), offset) for tp, offset in end.items()}
+
+
+def optimize(spark: Any, where: locations.Location) -> None:
+    """Compact the job's tables (small files from many micro-batches) so reads do not slow down.
+
+    Under the writer lock, and carrying the table's applied offsets forward, like any write of the job.
+    """
     from delta.tables import DeltaTable
 
-    for path in (spec.table_path(lake), spec.dead_letter_path(lake)):
+    for path in (where.table, where.dead_letters):
         if DeltaTable.isDeltaTable(spark, str(path)):
-            DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
+            with table_lock(path, holder="optimize"):
+                spark.conf.set(USER_METADATA, applied.read(path).metadata())
+                try:
+                    DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
+                finally:
+                    spark.conf.unset(USER_METADATA)
 
 
 def _write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:

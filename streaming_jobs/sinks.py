@@ -35,6 +35,8 @@ EVENT_COLUMNS = [
     "kafka_timestamp",
 ]
 
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
 
 def app_id(checkpoint: Path) -> str:
     """The job's idempotence id, made with its checkpoint.
@@ -58,18 +60,27 @@ class BatchContext:
     dead_letters: Path
     app_id: str
     batch_id: int
+    applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
-        """Writes in this block (MERGE, UPDATE, DELETE, appends) are skipped if this batch reached the table."""
+        """The batch's one write to its table: skipped if this batch reached the table, and recording its offsets.
+
+        Writes in this block (MERGE, UPDATE, DELETE, appends) carry Delta's txnAppId/txnVersion and, in the
+        commit's userMetadata, the offset intervals the table holds with this batch in. Make exactly one
+        commit to the job's table here: the intervals are true once that commit is in.
+        """
         conf = self.spark.conf
         conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
         conf.set("spark.databricks.delta.write.txnVersion", str(self.batch_id))
+        if self.applied_metadata:
+            conf.set(USER_METADATA, self.applied_metadata)
         try:
             yield
         finally:
             conf.unset("spark.databricks.delta.write.txnAppId")
             conf.unset("spark.databricks.delta.write.txnVersion")
+            conf.unset(USER_METADATA)
 
 
 def write_dead_letters(events: DataFrame, ctx: BatchContext) -> int:
@@ -143,14 +154,10 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
                         F.col("kafka_timestamp") >= F.lit(oldest[0]) - F.expr(f"INTERVAL {window} MINUTES")
                     )
                 fresh = valid.join(seen.select("event_id"), "event_id", "left_anti")
-        (
-            fresh.withColumn("_applied_at", F.current_timestamp())
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", ctx.app_id)
-            .option("txnVersion", ctx.batch_id)
-            .save(str(ctx.table))
-        )
+        with ctx.idempotent():
+            fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(
+                str(ctx.table)
+            )
         return valid.count()
     finally:
         valid.unpersist()

@@ -1,0 +1,124 @@
+"""Which Kafka offsets a job's table already holds, written in the same Delta commit that applied them.
+
+Every write of a batch to a job's table carries, in its commit's `userMetadata`, the offset intervals the
+table holds after it: `{"cdcpipe": {"applied": {topic: {partition: [[start, end], ...]}}}}` (end exclusive).
+It is atomic with the rows (one commit), so after any crash the table's newest such commit tells exactly
+which records it holds. A batch, a backfill chunk or a replay first drops the records inside those
+intervals: the streaming job, a backfill of the same range, a rewound checkpoint and a replay's catch-up
+can each cover any offsets any number of times, and each record is applied once.
+
+Reading it costs a directory listing and one small JSON file: the newest commit of the table's log.
+Commits without it (the table's creation, a compaction by another tool) are stepped over; a RESTORE
+points back at the version it restored, whose intervals are the ones that hold again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.positions import Partition
+
+Interval = tuple[int, int]
+LOOK_BACK = 1000  # commits stepped over at most when looking for the newest one with intervals
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Sorted, disjoint [start, end) offset intervals per (topic, partition)."""
+
+    intervals: Mapping[Partition, tuple[Interval, ...]] = field(default_factory=dict)
+
+    def plus(self, ranges: Mapping[Partition, Interval]) -> Applied:
+        """These intervals with `ranges` added (merged where they touch or overlap)."""
+        merged = {tp: list(spans) for tp, spans in self.intervals.items()}
+        for tp, (start, end) in ranges.items():
+            if end > start:
+                merged.setdefault(tp, []).append((start, end))
+        return Applied({tp: _merge(spans) for tp, spans in merged.items()})
+
+    def covers(self, ranges: Mapping[Partition, Interval]) -> bool:
+        """Whether every offset of `ranges` is already applied."""
+        return all(
+            end <= start or any(s <= start and end <= e for s, e in self.intervals.get(tp, ()))
+            for tp, (start, end) in ranges.items()
+        )
+
+    def metadata(self) -> str:
+        applied: dict[str, dict[str, list[list[int]]]] = {}
+        for (topic, partition), spans in sorted(self.intervals.items()):
+            applied.setdefault(topic, {})[str(partition)] = [[s, e] for s, e in spans]
+        return json.dumps({"cdcpipe": {"applied": applied}}, separators=(",", ":"))
+
+    @classmethod
+    def from_metadata(cls, text: str) -> Applied | None:
+        """The intervals in a commit's userMetadata, or None when the commit carries none of ours."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        applied = data.get("cdcpipe", {}).get("applied") if isinstance(data, dict) else None
+        if not isinstance(applied, dict):
+            return None
+        return cls(
+            {
+                (topic, int(partition)): tuple((int(s), int(e)) for s, e in spans)
+                for topic, partitions in applied.items()
+                for partition, spans in partitions.items()
+            }
+        )
+
+
+def _merge(spans: Iterable[Interval]) -> tuple[Interval, ...]:
+    out: list[Interval] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return tuple(out)
+
+
+def _commit_info(log: Path, version: int) -> dict[str, Any] | None:
+    path = log / f"{version:020d}.json"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        action = json.loads(line)
+        if "commitInfo" in action:
+            info: dict[str, Any] = action["commitInfo"]
+            return info
+    return {}
+
+
+def read(table: Path) -> Applied:
+    """The intervals the table holds now (none for a table that does not exist yet)."""
+    log = table / "_delta_log"
+    if not log.is_dir():
+        return Applied()
+    versions = sorted((int(p.stem) for p in log.glob("[0-9]*.json") if p.stem.isdigit()), reverse=True)
+    version = versions[0] if versions else -1
+    for _ in range(LOOK_BACK):
+        if version < 0:
+            return Applied()
+        info = _commit_info(log, version)
+        if info is None:
+            break  # the log was cleaned up below this version
+        found = Applied.from_metadata(info.get("userMetadata") or "")
+        if found is not None:
+            return found
+        restored = (info.get("operationParameters") or {}).get("version")
+        if info.get("operation") == "RESTORE" and restored is not None:
+            version = int(restored)
+        else:
+            version -= 1
+    raise StreamingError(
+        f"{table}: cannot tell which offsets the table holds: no commit among the newest {LOOK_BACK} readable "
+        "ones carries cdcpipe's applied intervals. Rebuild it with `cdcpipe replay JOB --swap`."
+    )
