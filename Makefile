@@ -63,6 +63,7 @@ bench: install
 	$(CDCPIPE) stack up
 	$(PY) bench/relay_bench.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/replay_bench.py
 
 # Fault and soak runs (long versions of the fault tests in `make test`) arrive with the relay and the jobs.
 chaos: install

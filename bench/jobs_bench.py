@@ -136,9 +136,8 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
     }
 
 
-def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[str, Any]:
-    topic = f"jobs.{tag}.throughput"
-    create_topic(env, topic)
+def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
+    """`events` 1 KB AccountOpened events in the outbox wire format, over `keys` accounts."""
     producer = Producer({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"], "linger.ms": 20})
     value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
     for k in range(events):
@@ -149,11 +148,17 @@ def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[s
         ]
         while True:
             try:
-                producer.produce(topic, key=f"acc-{k % 10_000}".encode(), value=value, headers=headers)
+                producer.produce(topic, key=f"acc-{k % keys}".encode(), value=value, headers=headers)
                 break
             except BufferError:
                 producer.poll(0.05)
     producer.flush()
+
+
+def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[str, Any]:
+    topic = f"jobs.{tag}.throughput"
+    create_topic(env, topic)
+    fill_topic(env, topic, events)
     jobs = lake / "_bench_jobs"
     name = f"throughput_{tag}"
     job_file(jobs, name, "latest_state", topic, "available-now")
