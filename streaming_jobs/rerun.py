@@ -101,35 +101,30 @@ def replay(
         raise StreamingError(f"{table} is the job's current table; a replay builds a new one: pick another --into")
     target = locations.Location(table, locations.new_checkpoint(spec, lake, "replay"))
     spark = build_spark_session(settings, app_name=f"cdcpipe-replay-{spec.name}")
-    try:
+
+    def everything(purpose: str, label: str) -> Outcome:
+        """Apply earliest..latest (as of now) to the new table."""
         span = _span(settings, spec, EARLIEST, LATEST)
-        rebuild = apply_range(
+        return apply_range(
             spark,
             settings,
             spec,
             target,
             span,
-            purpose="replay",
+            purpose=purpose,
             chunk_size=chunk_size,
-            progress=Progress(f"replay {spec.name}", span, out),
+            progress=Progress(f"{label} {spec.name}", span, out),
         )
+
+    try:
+        rebuild = everything("replay", "replay")
         if not swap:
             return Replayed(target, rebuild, None, swapped=False)
         with control.paused(settings, spec.name):
-            # The job is stopped: nothing moves the old table, and the offsets read now are where the new
+            # The job is stopped: nothing moves the old table, and where this catch-up ends is where the new
             # checkpoint starts. Offsets the rebuild applied are skipped chunk by chunk without a Spark job.
-            span = _span(settings, spec, EARLIEST, LATEST)
-            catch_up = apply_range(
-                spark,
-                settings,
-                spec,
-                target,
-                span,
-                purpose="replay-catch-up",
-                chunk_size=chunk_size,
-                progress=Progress(f"catch up {spec.name}", span, out),
-            )
-            starting = span.spark_json(span.end)
+            catch_up = everything("replay-catch-up", "catch up")
+            starting = catch_up.span.spark_json(catch_up.span.end)
             locations.switch(spec, lake, locations.Location(target.table, target.checkpoint, starting))
         return Replayed(locations.current(spec, lake), rebuild, catch_up, swapped=True)
     finally:
