@@ -210,8 +210,3 @@ def resolve_range(kafka: KafkaPositions, topics: Iterable[str], start: Position,
         if begin[tp] > finish[tp]:
             raise PositionError(f"{label}: the range starts at {begin[tp]}, after its end {finish[tp]}")
     return Range({tp: begin[tp] for tp in partitions}, {tp: finish[tp] for tp in partitions})
-
-
-def check_start(kafka: KafkaPositions, topics: Iterable[str], start: Position) -> Offsets:
-    """Where a stream would start for `start` (every partition), refusing offsets retention deleted."""
-    return resolve_range(kafka, topics, start, Position("latest") if start.kind != "offsets" else start).start

@@ -51,6 +51,16 @@ def test_read_takes_the_newest_commit_that_carries_intervals(tmp_path: Path) -> 
     assert read(tmp_path / "t") == second
 
 
+def test_read_starts_from_the_last_checkpoint_and_finds_the_commits_after_it(tmp_path: Path) -> None:
+    log = tmp_path / "t" / "_delta_log"
+    held = Applied({("t", 0): ((0, 30),)})
+    commit(log, 10, {"operation": "WRITE", "userMetadata": Applied({("t", 0): ((0, 10),)}).metadata()})
+    commit(log, 11, {"operation": "WRITE", "userMetadata": held.metadata()})
+    commit(log, 12, {"operation": "OPTIMIZE"})
+    (log / "_last_checkpoint").write_text(json.dumps({"version": 10, "size": 3}))  # versions 0..9 cleaned up
+    assert read(tmp_path / "t") == held
+
+
 def test_a_restore_brings_back_the_intervals_of_the_version_it_restored(tmp_path: Path) -> None:
     log = tmp_path / "t" / "_delta_log"
     first = Applied({("t", 0): ((0, 10),)})
