@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from deltalake import DeltaTable
 
-from tests.conftest import Stack
+from tests.conftest import Stack, cdcpipe
 from tests.streaming_jobs.test_jobs_integration import make_job, opened, send
 
 pytestmark = pytest.mark.integration
@@ -32,3 +33,17 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
     assert f"{topic}[0]: offsets 10..14 are gone (5 records); the first offset still available is 15" in failed.stderr
     assert "Nothing was skipped" in failed.stderr
     assert len(job.table()) == 10, "nothing may be applied past a gap"
+
+    # The way out the message names: rebuild from what is retained and switch the job to it.
+    env = {
+        **stack.process_env(),
+        "CDCPIPE_LAKE": str(job.lake),
+        "CDCPIPE_JOBS_DIRS": str(job.folder),
+        "CDCPIPE_SPARK_MASTER": "local[2]",
+    }
+    rebuilt = cdcpipe("replay", job.name, "--into", "rebuilt", "--swap", env=env)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    send(stack, topic, [(f"c-{i}", "AccountOpened", opened(f"c-{i}"), None) for i in range(3)])
+    job.run()  # starts where the rebuild ended; no refusal
+    offsets = [r["kafka_offset"] for r in DeltaTable(str(job.lake / "rebuilt")).to_pyarrow_table().to_pylist()]
+    assert sorted(offsets) == list(range(15, 23))
