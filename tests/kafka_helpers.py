@@ -46,9 +46,9 @@ def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: flo
                 raw_headers = m.headers() or []
                 pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
                 headers = {str(k): v if isinstance(v, bytes) else (v or "").encode() for k, v in pairs}
-                records.append(
-                    Record(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(), m.value(), headers)
-                )
+                record = Record(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key(), m.value(), headers)
+                records.append(record)
+                distinct.add(headers.get("id") or (record.topic, record.partition, record.offset))
     finally:
         consumer.close()
     return records

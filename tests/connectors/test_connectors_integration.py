@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,22 +62,41 @@ def connect_client(stack: Stack) -> ConnectClient:
 
 
 def wait_state(stack: Stack, name: str, state: str, timeout_s: float = 60) -> None:
+    def reached() -> bool:
+        status = client.status(name)
+        tasks = status.get("tasks", [])
+        if status.get("connector", {}).get("state") != state:
+            return False
+        # A stopped connector has no tasks; otherwise no tasks yet is not "every task RUNNING": Connect assigns
+        # them after a rebalance.
+        return state == "STOPPED" or bool(tasks and all(t["state"] == state for t in tasks))
+
     with connect_client(stack) as client:
-        wait_until(
-            lambda: (
-                client.status(name).get("connector", {}).get("state") == state
-                and all(t["state"] == state for t in client.status(name).get("tasks", []))
-            ),
-            timeout_s,
-            f"{name} to be {state}",
-        )
+        wait_until(reached, timeout_s, f"{name} to be {state}")
 
 
-def wait_slot_active(stack: Stack, slot: str) -> None:
-    """A task is RUNNING before Debezium has created its slot: only an active slot captures new rows."""
+def wait_slot_active(stack: Stack, slot: str, connector: str | None = None) -> None:
+    """A task is RUNNING before Debezium has created its slot: only an active slot captures new rows.
+
+    On a timeout the failure says what Connect and Postgres were doing, so a slow start can be told from a stuck one.
+    """
     query = "SELECT active FROM pg_replication_slots WHERE slot_name = %s"
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
-        wait_until(lambda: conn.execute(query, (slot,)).fetchone() == (True,), 60, f"slot {slot} to be active")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if conn.execute(query, (slot,)).fetchone() == (True,):
+                return
+            time.sleep(0.1)
+        slots = conn.execute("SELECT slot_name, active, active_pid FROM pg_replication_slots").fetchall()
+        activity = conn.execute(
+            "SELECT pid, backend_type, state, wait_event, now() - xact_start, left(query, 120) "
+            "FROM pg_stat_activity WHERE datname IS NOT NULL AND pid <> pg_backend_pid()"
+        ).fetchall()
+    status: object = None
+    if connector is not None:
+        with connect_client(stack) as client:
+            status = client.status(connector)
+    pytest.fail(f"slot {slot} not active after 120s\nslots: {slots}\nactivity: {activity}\nconnector: {status}")
 
 
 @pytest.fixture
@@ -88,7 +108,7 @@ def applied(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Path]:
     assert f"test-{outbox.tag}: created" in result.stdout
     try:
         wait_state(stack, f"test-{outbox.tag}", "RUNNING")
-        wait_slot_active(stack, f"slot_{outbox.tag}")
+        wait_slot_active(stack, f"slot_{outbox.tag}", f"test-{outbox.tag}")
         yield path
     finally:
         cdcpipe("connectors", "delete", f"test-{outbox.tag}", "--drop-slot", "--yes", env=stack.process_env())
@@ -285,7 +305,7 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
         result = cdcpipe("connectors", "apply", str(path), env=stack.process_env())
         assert result.returncode == 0, result.stderr
         wait_state(stack, name, "RUNNING")
-        wait_slot_active(stack, f"slot_tables_{outbox.tag}")
+        wait_slot_active(stack, f"slot_tables_{outbox.tag}", name)
         with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("INSERT INTO public.{} VALUES ('b', 20)").format(sql.Identifier(table)))
             conn.execute(sql.SQL("UPDATE public.{} SET balance = 11 WHERE id = 'a'").format(sql.Identifier(table)))

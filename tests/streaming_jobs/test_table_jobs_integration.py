@@ -140,7 +140,7 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
             == 0
         )
         wait_state(stack, name, "RUNNING")
-        wait_slot_active(stack, f"slot_mirror_{outbox.tag}")
+        wait_slot_active(stack, f"slot_mirror_{outbox.tag}", name)
         with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("UPDATE {} SET balance = balance * 10 WHERE id IN ('a1', 'a2', 'a3')").format(ident))
             conn.execute(sql.SQL("DELETE FROM {} WHERE id IN ('a4', 'a5')").format(ident))
