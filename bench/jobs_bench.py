@@ -27,8 +27,10 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import psycopg
+import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from deltalake import DeltaTable
@@ -42,6 +44,7 @@ from schemas.config import OutboxNames, SchemaSettings
 
 RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 4
+WARMUP_S = 10.0
 
 
 def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str) -> None:
@@ -91,22 +94,15 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
     try:
         wait_leader(dsn, names, relay.pid)
         time.sleep(20)  # the driver's start-up and its first (empty) batches
-        report: mp.Queue[dict[str, Any]] = mp.Queue()
-        start_ns = time.time_ns() + 1_000_000_000
-        generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
-        generator.start()
-        generator.join(seconds + 120)
-        generated = report.get(timeout=10)
         table = lake / name
-        expected = generated["events"]
-        deadline = time.monotonic() + 120
-        rows: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            if any((table / "_delta_log").glob("*.json")):
-                rows = DeltaTable(str(table)).to_pyarrow_table(columns=["payload", "_applied_at"]).to_pylist()
-                if len(rows) >= expected:
-                    break
-            time.sleep(2)
+        # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
+        # user waits for on any given event. Warm it with the same load first; measure only what follows.
+        warmup = _generate(dsn, names, rate, WARMUP_S)
+        _wait_rows(table, warmup["events"])
+        start_ns = time.time_ns() + 1_000_000_000
+        generated = _generate(dsn, names, rate, seconds, start_ns)
+        expected = warmup["events"] + generated["events"]
+        applied = _wait_rows(table, expected)
     finally:
         driver.send_signal(signal.SIGTERM)
         driver.wait(180)
@@ -115,16 +111,14 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
-    seconds_each = []
-    for r in rows:
-        payload = str(r["payload"])
-        scheduled_ns = int(payload[payload.index(":") + 1 : payload.index(",")])
-        seconds_each.append(r["_applied_at"].timestamp() - scheduled_ns / 1e9)
+    seconds_each = [
+        visible - scheduled_ns / 1e9 for scheduled_ns, visible in _visible_at(table) if scheduled_ns >= start_ns
+    ]  # the warm-up's events are not measured
     return {
         "rate_per_s": rate,
         "seconds": seconds,
         "generated": generated,
-        "applied": len(rows),
+        "applied": applied,
         "latency_s": {
             "p50": round(percentile(seconds_each, 50), 3),
             "p99": round(percentile(seconds_each, 99), 3),
@@ -134,6 +128,50 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
         if seconds_each
         else None,
     }
+
+
+def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int | None = None) -> dict[str, Any]:
+    """Commit `rate` events/s for `seconds` into the outbox, open loop, from its own process; its report."""
+    report: mp.Queue[dict[str, Any]] = mp.Queue()
+    start_ns = start_ns or time.time_ns() + 1_000_000_000
+    generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
+    generator.start()
+    generator.join(seconds + 120)
+    result: dict[str, Any] = report.get(timeout=10)
+    return result
+
+
+def _wait_rows(table: Path, expected: int, timeout_s: float = 120) -> int:
+    """How many rows the table holds once it holds `expected`, or at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    count = 0
+    while time.monotonic() < deadline:
+        if any((table / "_delta_log").glob("*.json")):
+            count = DeltaTable(str(table)).to_pyarrow_table(columns=["kafka_offset"]).num_rows
+            if count >= expected:
+                break
+        time.sleep(1)
+    return count
+
+
+def _visible_at(table: Path) -> list[tuple[int, float]]:
+    """(scheduled commit ns, when a reader could first see the row) for every row of the table.
+
+    A row becomes visible when the Delta commit file that adds its data file is written: that file's
+    modification time, read from the log itself. Not the micro-batch's start (`_applied_at`), which comes
+    a whole batch earlier.
+    """
+    out: list[tuple[int, float]] = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        visible = commit.stat().st_mtime
+        for line in commit.read_text().splitlines():
+            add = json.loads(line).get("add")
+            if add is None or not add.get("dataChange", True):
+                continue  # a compaction rewrites rows that were visible before
+            for payload in pq.read_table(table / unquote(add["path"]), columns=["payload"]).column(0).to_pylist():
+                text = str(payload)
+                out.append((int(text[text.index(":") + 1 : text.index(",")]), visible))
+    return out
 
 
 def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
@@ -201,7 +239,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "latency": latency(env, lake, tag, args.rate, args.seconds),
         "throughput": throughput(env, lake, tag, args.events),
-        "note": "latency is scheduled commit time -> the MERGE that applied the row (trigger 1s, event log)",
+        "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load",
     }
     (RESULTS / "jobs.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -8,6 +8,9 @@ no value is a tombstone: valid for any known event type, and it carries no paylo
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
@@ -21,9 +24,21 @@ def _header(name: str) -> Column:
     return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
 
 
-def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
-    """Columns of every event: ids, coordinates, payload text, and `error` (null for a valid event)."""
-    events = records.select(
+@dataclass(frozen=True)
+class _Columns:
+    """The classification as Spark columns: built once per registry, reused by every batch."""
+
+    base: list[Column]
+    parsed: list[Column]
+    parsed_names: list[str]
+    error: Column
+
+
+@functools.lru_cache(maxsize=8)
+def _columns(registry: ContractRegistry) -> _Columns:
+    # Building these expressions is hundreds of calls into the JVM: a few tenths of a second that a
+    # micro-batch of a few thousand records should not pay each time.
+    base = [
         _header("id").alias("event_id"),
         _header("eventType").alias("event_type"),
         _header("eventVersion").alias("event_version_text"),
@@ -38,20 +53,21 @@ def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
         F.map_from_entries(
             F.transform(F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string")))
         ).alias("headers"),
-    ).withColumn("event_version", F.col("event_version_text").try_cast("int"))
-
+        _header("eventVersion").try_cast("int").alias("event_version"),
+    ]
     by_contract = F.lit(None).cast("string")
     known = F.lit(False)
-    parsed_columns = []
+    parsed: list[Column] = []
+    names: list[str] = []
     for i, contract in enumerate(registry):
         this = (F.col("event_type") == contract.event_type) & (F.col("event_version") == contract.version)
         known = known | this
         # Parsed once, only for the events of this contract, into a column the checks then read.
-        parsed = f"_parsed_{i}"
-        parsed_columns.append(parsed)
-        events = events.withColumn(parsed, F.when(this, parse(contract, F.col("payload"))))
+        name = f"_parsed_{i}"
+        names.append(name)
+        parsed.append(F.when(this, parse(contract, F.col("payload"))).alias(name))
         by_contract = F.when(
-            this & F.col("raw_value").isNotNull(), violation(contract, F.col("payload"), F.col(parsed))
+            this & F.col("raw_value").isNotNull(), violation(contract, F.col("payload"), F.col(name))
         ).otherwise(by_contract)
     error = (
         F.when(F.col("raw_key").isNull(), F.lit("null key: the aggregate id is missing"))
@@ -70,4 +86,14 @@ def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
         )
         .otherwise(by_contract)
     )
-    return events.withColumn("error", error).drop("event_version_text", *parsed_columns)
+    return _Columns(base, parsed, names, error.alias("error"))
+
+
+def classify(records: DataFrame, registry: ContractRegistry) -> DataFrame:
+    """Columns of every event: ids, coordinates, payload text, and `error` (null for a valid event)."""
+    columns = _columns(registry)
+    events = records.select(*columns.base)
+    # Three projections, not a withColumn per contract: each one is analysed again with the whole plan.
+    events = events.select("*", *columns.parsed)
+    kept = [c for c in events.columns if c not in {*columns.parsed_names, "event_version_text"}]
+    return events.select(*kept, columns.error)

@@ -143,22 +143,23 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
         .cache()
     )
     try:
+        oldest, count = valid.agg(F.min("kafka_timestamp"), F.count(F.lit(1))).first() or (None, 0)
         fresh = valid
-        if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-            oldest = valid.agg(F.min("kafka_timestamp")).first()
-            if oldest is not None and oldest[0] is not None:
-                seen = ctx.spark.read.format("delta").load(str(ctx.table))
-                window = ctx.job.dedupe_window_minutes
-                if window:
-                    seen = seen.where(
-                        F.col("kafka_timestamp") >= F.lit(oldest[0]) - F.expr(f"INTERVAL {window} MINUTES")
-                    )
-                fresh = valid.join(seen.select("event_id"), "event_id", "left_anti")
+        if oldest is not None and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+            seen = ctx.spark.read.format("delta").load(str(ctx.table)).select("event_id", "kafka_timestamp")
+            window = ctx.job.dedupe_window_minutes
+            if window:
+                seen = seen.where(F.col("kafka_timestamp") >= F.lit(oldest) - F.expr(f"INTERVAL {window} MINUTES"))
+            # The batch is the small side: broadcast its ids and stream the table's past them, so the
+            # table is neither shuffled nor sorted; only the ids found there (usually none) come back.
+            ids = F.broadcast(valid.select("event_id"))
+            present = seen.select("event_id").join(ids, "event_id", "left_semi")
+            fresh = valid.join(F.broadcast(present), "event_id", "left_anti")
         with ctx.idempotent():
             fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(
                 str(ctx.table)
             )
-        return valid.count()
+        return int(count)
     finally:
         valid.unpersist()
 
