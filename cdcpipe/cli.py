@@ -19,6 +19,7 @@ import typer
 from cdcpipe.errors import CdcpipeError
 from cdcpipe.settings import StageSettings
 from connectors import commands as connector_commands
+from connectors import slots
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
 from connectors.errors import ConnectError
@@ -220,8 +221,8 @@ def connectors_apply(
 
 @connectors_app.command("list")
 def connectors_list() -> None:
-    """Every connector on the Connect cluster, with its state."""
-    client, _ = _connect()
+    """Every connector on the Connect cluster, with its state; and replication slots no connector uses."""
+    client, settings = _connect()
     with client:
         for name in client.connectors():
             status = client.status(name)
@@ -229,6 +230,13 @@ def connectors_list() -> None:
             running = sum(1 for t in tasks if t == "RUNNING")
             state = status.get("connector", {}).get("state", "?")
             typer.echo(f"{name:<32} {state:<10} tasks running: {running}/{len(tasks)}")
+        orphans = connector_commands.orphaned_slots(client, settings)
+    for slot in orphans:
+        typer.echo(
+            f"replication slot {slot.name}: no connector uses it and it holds "
+            f"{slots.human_bytes(slot.retained_wal_bytes)} of WAL on the database server; drop it with "
+            f"`cdcpipe connectors drop-slot {slot.name}` (or point a connector's slot.name at it to resume)"
+        )
 
 
 @connectors_app.command("status")
@@ -323,6 +331,33 @@ def connectors_delete(
             typer.echo(line)
     if plan.slot is not None and not drop_slot:
         typer.echo(f"kept replication slot {plan.slot.name}: it holds WAL until dropped (--drop-slot)")
+
+
+@connectors_app.command("drop-slot")
+def connectors_drop_slot(
+    slot: str,
+    yes: bool = typer.Option(False, "--yes", help="do not ask (for scripts)"),
+) -> None:
+    """Drop a replication slot no connector uses (one a deleted connector left behind)."""
+    client, settings = _connect()
+    with client:
+        user = connector_commands.slot_users(client).get(slot)
+    if user is not None:
+        raise ConnectError(
+            f"replication slot {slot} belongs to connector {user}; "
+            f"delete both with `cdcpipe connectors delete {user} --drop-slot`"
+        )
+    found = slots.slot_status(settings, slot)
+    if found is None:
+        raise ConnectError(f"there is no replication slot {slot}; `cdcpipe connectors list` names the unused ones")
+    if not yes:
+        typer.echo(
+            f"Dropping replication slot {slot} frees {slots.human_bytes(found.retained_wal_bytes)} of WAL and loses "
+            "the changes it holds for whoever streamed from it."
+        )
+        typer.confirm("Go on?", abort=True)
+    slots.drop_slot(settings, slot)
+    typer.echo(f"dropped replication slot {slot}")
 
 
 @connectors_app.command("offsets")

@@ -160,6 +160,26 @@ def delete(
     return done
 
 
+def slot_users(client: ConnectClient) -> dict[str, str]:
+    """Each slot name a Postgres connector on the cluster streams from, with that connector."""
+    users: dict[str, str] = {}
+    for name in client.connectors():
+        config = client.config(name) or {}  # None: deleted since the listing
+        if "postgres" in config.get("connector.class", "").lower():
+            users[config.get("slot.name", "debezium")] = name  # Debezium's default slot name
+    return users
+
+
+def orphaned_slots(client: ConnectClient, settings: ConnectSettings) -> list[slots.SlotStatus]:
+    """Inactive logical slots no connector on the cluster uses: each holds WAL back until it is dropped.
+
+    A slot outlives its connector unless the connector was deleted with --drop-slot, and Postgres keeps
+    every byte of WAL the slot has not confirmed: left alone, it fills the database server's disk.
+    """
+    used = slot_users(client)
+    return [slot for slot in slots.logical_slots(settings) if not slot.active and slot.name not in used]
+
+
 def reset_offsets(client: ConnectClient, name: str) -> dict[str, Any]:
     """KIP-875 needs the connector STOPPED first; say so instead of letting Connect answer 400."""
     state = client.status(name).get("connector", {}).get("state")

@@ -30,22 +30,42 @@ def _connect(settings: ConnectSettings) -> psycopg.Connection[tuple[object, ...]
         raise ConnectError(f"cannot read replication slots from Postgres ({exc}); check CDCPIPE_PG_DSN") from exc
 
 
-def slot_status(settings: ConnectSettings, slot: str) -> SlotStatus | None:
-    """The slot's state, or None when it does not exist (yet, or any more)."""
-    with _connect(settings) as conn:
-        row = conn.execute(
-            "SELECT slot_name, plugin, active, "
-            "coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, "
-            "coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint "
-            "FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        ).fetchone()
-    if row is None:
-        return None
+_SLOTS = (
+    "SELECT slot_name, plugin, active, "
+    "coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, "
+    "coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint "
+    "FROM pg_replication_slots"
+)
+
+
+def _status(row: tuple[object, ...]) -> SlotStatus:
     name, plugin, active, retained, lag = row
     return SlotStatus(
         str(name), None if plugin is None else str(plugin), bool(active), int(str(retained)), int(str(lag))
     )
+
+
+def slot_status(settings: ConnectSettings, slot: str) -> SlotStatus | None:
+    """The slot's state, or None when it does not exist (yet, or any more)."""
+    with _connect(settings) as conn:
+        row = conn.execute(_SLOTS + " WHERE slot_name = %s", (slot,)).fetchone()
+    return None if row is None else _status(row)
+
+
+def logical_slots(settings: ConnectSettings) -> list[SlotStatus]:
+    """Every logical replication slot of the database server, by name."""
+    with _connect(settings) as conn:
+        return [_status(row) for row in conn.execute(_SLOTS + " WHERE slot_type = 'logical' ORDER BY slot_name")]
+
+
+def human_bytes(count: int) -> str:
+    """1536 -> '1.5 KiB': slot sizes are read by people deciding whether to drop them."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def drop_slot(settings: ConnectSettings, slot: str, wait_s: float = 30.0) -> None:

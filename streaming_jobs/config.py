@@ -24,7 +24,9 @@ class SparkSettings(StageSettings):
     )
     spark_driver_memory: str = Field("2g", description="driver JVM heap")
     spark_executor_memory: str = Field("1g", description="executor heap on a standalone cluster")
-    spark_shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions (small: 2 cores)")
+    spark_shuffle_partitions: int = Field(
+        2, ge=1, description="spark.sql.shuffle.partitions (one per core: micro-batches are small)"
+    )
     spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     jobs_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(

@@ -258,6 +258,40 @@ def test_delete_without_yes_asks_and_keeps_the_slot_when_declined(stack: Stack, 
         assert name in client.connectors()
 
 
+def test_a_slot_left_behind_is_named_with_its_wal_and_can_be_dropped(
+    stack: Stack, outbox: Outbox, applied: Path
+) -> None:
+    env = stack.process_env()
+    orphan = f"orphan_{outbox.tag}"
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (orphan,))
+        conn.execute("SELECT pg_logical_emit_message(false, 'cdcpipe-test', repeat('x', 100000))")
+    try:
+        listed = cdcpipe("connectors", "list", env=env)
+        assert listed.returncode == 0, listed.stderr
+        line = next(x for x in listed.stdout.splitlines() if orphan in x)
+        assert "no connector uses it" in line
+        assert "KiB of WAL" in line or "MiB of WAL" in line  # the 100 kB message, at least
+        assert f"cdcpipe connectors drop-slot {orphan}" in line
+        # The connector's own slot is in use: not listed, and not dropped by drop-slot.
+        assert f"replication slot slot_{outbox.tag}:" not in listed.stdout
+        refused = cdcpipe("connectors", "drop-slot", f"slot_{outbox.tag}", "--yes", env=env)
+        assert refused.returncode != 0
+        assert f"belongs to connector test-{outbox.tag}" in refused.stderr
+        assert f"connectors delete test-{outbox.tag} --drop-slot" in refused.stderr
+        dropped = cdcpipe("connectors", "drop-slot", orphan, "--yes", env=env)
+        assert dropped.returncode == 0, dropped.stderr
+        assert orphan not in cdcpipe("connectors", "list", env=env).stdout
+        missing = cdcpipe("connectors", "drop-slot", orphan, "--yes", env=env)
+        assert missing.returncode != 0
+        assert f"there is no replication slot {orphan}" in missing.stderr
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (orphan,)
+            )
+
+
 def test_status_shows_the_slot_and_the_heartbeat_keeps_it_moving(stack: Stack, outbox: Outbox, applied: Path) -> None:
     name = f"test-{outbox.tag}"
     status = cdcpipe("connectors", "status", name, "--json", env=stack.process_env())
