@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -212,6 +213,7 @@ def at_end(bootstrap: str, topic: str) -> Consumer:
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 10,
             "isolation.level": "read_committed",
+            "socket.nagle.disable": True,  # as the relay's producer: the fetch requests go out at once
         }
     )
     consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
@@ -339,6 +341,8 @@ def latency_run(
     sampler = RssSampler(publisher_pid)
     sampler.start()
     generator.start()
+    gc.collect()
+    gc.freeze()  # the measuring loop should not pause to walk what the bench set up before it
     received = 0
     arrivals: list[tuple[int, int]] = []  # (scheduled, received) ns of each event
     deadline = time.monotonic() + seconds + 60
