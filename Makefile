@@ -40,8 +40,7 @@ test: install lint typecheck
 
 demo: install
 	$(CDCPIPE) stack up --spark-cluster
-	$(CDCPIPE) stack check
-	$(CDCPIPE) stack status
+	$(CDCPIPE) demo
 
 up: install
 	$(CDCPIPE) stack up

@@ -519,6 +519,14 @@ def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to r
     typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
 
 
+@app.command("demo")
+def demo() -> None:
+    """Run a sample workload through the running stack: emit -> relay -> Kafka -> Spark -> Delta, and check it."""
+    from cdcpipe import demo as sample
+
+    sample.run(typer.echo)
+
+
 def main() -> None:
     """Entry point: a CdcpipeError is a message for the user, not a traceback."""
     try:
