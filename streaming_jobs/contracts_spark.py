@@ -56,6 +56,24 @@ def parse(contract: Contract, raw: Column) -> Column:
     return F.from_json(raw, spark_schema(contract), {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
 
 
+def _wrong_types(raw: Column, properties: Mapping[str, Any]) -> list[Column]:
+    """Per top-level field, the message naming it when it alone does not parse as its contract type.
+
+    Each field is parsed on its own, with Spark's own rules, so the field named is the one Spark refused.
+    Only a payload the whole parse rejected gets here, so the valid case never pays for these parses.
+    """
+    named = []
+    for name, rules in properties.items():
+        alone = StructType([StructField(name, spark_type(rules), True), StructField(CORRUPT, StringType(), True)])
+        parsed = F.from_json(raw, alone, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        kind = rules.get("type")
+        expected = " or ".join(kind) if isinstance(kind, list) else str(kind)
+        named.append(
+            F.when(parsed[CORRUPT].isNotNull(), F.lit(f"$.{name} has the wrong type: the contract says {expected}"))
+        )
+    return named
+
+
 def violation(contract: Contract, raw: Column, parsed: Column) -> Column:
     """The first way `raw` breaks `contract`, as text naming the field; null when it keeps the contract.
 
@@ -67,7 +85,7 @@ def violation(contract: Contract, raw: Column, parsed: Column) -> Column:
     # from_json parses each payload once; only a payload it rejects is looked at again (to say whether the
     # JSON itself is broken or a field has the wrong type), so the common, valid case costs one parse.
     rejected = F.when(F.json_object_keys(raw).isNull(), F.lit("malformed JSON, or not a JSON object")).otherwise(
-        F.lit("a field has the wrong type for the contract")
+        F.coalesce(*_wrong_types(raw, properties), F.lit("a field has the wrong type for the contract"))
     )
     checks: list[tuple[Column, Column | str]] = [
         (raw.isNull(), "no payload (null value) for an event that is not a tombstone"),

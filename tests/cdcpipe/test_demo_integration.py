@@ -18,7 +18,7 @@ def test_the_demo_runs_the_whole_pipeline_and_checks_every_balance(stack: Stack)
     assert re.search(r"committed 840 events in 840 transactions", out)
     # The demo compares each balance read back with delta-rs against what its transactions committed.
     assert "every balance in Delta equals what was committed (40 accounts" in out
-    assert re.search(r"the bad event is in account_balances_dead_letters.*: a field has the wrong type", out)
+    assert re.search(r"the bad event is in account_balances_dead_letters.*: \$\.amount has the wrong type", out)
     # It stops what it started: the job is not left running.
     lake = next(line for line in out.splitlines() if "tables under " in line).rsplit("tables under ", 1)[1].rstrip(")")
     status = cdcpipe("jobs", "status", "account_balances", env={**stack.process_env(), "CDCPIPE_LAKE": lake})

@@ -140,7 +140,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert [r["kafka_offset"] for r in dead] == [2, 3, 4, 5, 6, 7]
     reasons = [str(r["error"]) for r in dead]
     assert "malformed JSON" in reasons[0]
-    assert "wrong type" in reasons[1]
+    assert "$.amount has the wrong type: the contract says integer" in reasons[1]
     assert "missing field $.amount" in reasons[2]
     assert "null key" in reasons[3]
     assert "unknown event type SomethingElse v1" in reasons[4]
