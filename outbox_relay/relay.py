@@ -122,9 +122,6 @@ def producer_config(settings: RelaySettings) -> dict[str, str | int | float | bo
         # librdkafka leaves Nagle's algorithm on (the Java client turns it off): a small produce request could
         # wait behind the broker's delayed ACK, milliseconds added to a batch that is waiting for its ack.
         "socket.nagle.disable": True,
-        # A delivery report only for a record that failed: flush() returning 0 already says every other one
-        # was acknowledged, so a Python callback per record would only cost the relay's thread time.
-        "delivery.report.only.error": True,
     }
 
 
