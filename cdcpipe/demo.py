@@ -120,8 +120,13 @@ def run(say: Callable[[str], None] = print) -> None:
 
     names, schema_settings = OutboxNames.load(), SchemaSettings.load()
     dsn = schema_settings.pg_dsn.get_secret_value()
-    with psycopg.connect(dsn) as conn:
-        outbox.apply(conn, names, schema_settings)
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            outbox.apply(conn, names, schema_settings)
+    except psycopg.OperationalError as exc:
+        raise DemoError(
+            f"cannot reach the stack's Postgres ({exc}); start the stack first: `cdcpipe stack up` (make demo does)"
+        ) from exc
     say(f"1. outbox {names.outbox_schema}.{names.outbox_table} ready (cdcpipe schema apply)")
 
     lake = stack.lake / "demo"
@@ -140,7 +145,8 @@ def run(say: Callable[[str], None] = print) -> None:
     try:
         pid = job_control.submit(spark, JOB, master=None, trigger=None)
         say(f"3. streaming job {JOB} started (cdcpipe jobs submit {JOB}, pid {pid}; tables under {lake})")
-        run_id = time.strftime("%H%M%S")
+        # Unique per run: the fresh checkpoint reads the topics from the start, earlier runs' events included.
+        run_id = time.strftime("%Y%m%d%H%M%S")
         began = time.monotonic()
         with psycopg.connect(dsn) as conn:
             expected = _workload(conn, run_id, names)
