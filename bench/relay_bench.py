@@ -10,7 +10,8 @@ relay (its own process, as users run it), the load generator (its own process) a
   size; confluent-kafka alone producing the same messages with the relay's own producer settings.
 - Latency: the generator commits events on a fixed schedule (open loop: it never waits for the relay or the
   consumer, and a late commit counts from its *scheduled* time, so coordinated omission cannot hide a stall);
-  the consumer records commit-schedule -> receipt in an HdrHistogram.
+  the consumer records commit-schedule -> receipt in an HdrHistogram. A second histogram counts from when
+  each commit actually returned: the difference is the database taking the application's commits late.
 Writes bench/results/relay.json and bench/results/relay_latency.png; prints the JSON.
 """
 
