@@ -19,7 +19,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import shlex
 import signal
 import statistics
 import subprocess
@@ -39,7 +38,7 @@ from psycopg import sql
 from relay_bench import PAD, generate, start_relay, wait_leader
 
 from infra.config import StackSettings
-from infra.stack import env_exports
+from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -228,10 +227,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--events", type=int, default=200_000)
     args = parser.parse_args()
-    env = dict(os.environ)
-    for line in env_exports(StackSettings.load()):
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = shlex.split(value)[0]
+    env = {**os.environ, **env_values(StackSettings.load())}
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]

@@ -23,7 +23,6 @@ import gc
 import json
 import multiprocessing as mp
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -45,7 +44,7 @@ from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
 from infra.config import StackSettings
-from infra.stack import env_exports
+from infra.stack import env_values
 from outbox_relay.config import RelaySettings
 from outbox_relay.relay import producer_config, take_sql
 from schemas import outbox as schema_outbox
@@ -460,10 +459,7 @@ def main() -> None:
     rates = [int(r) for r in args.rates.split(",")]
 
     stack = StackSettings.load()
-    env = dict(os.environ)
-    for line in env_exports(stack):
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = shlex.split(value)[0]
+    env = {**os.environ, **env_values(stack)}
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]

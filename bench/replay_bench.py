@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import time
 import uuid
@@ -26,7 +25,7 @@ from typing import Any
 from jobs_bench import PARTITIONS, create_topic, fill_topic
 
 from infra.config import StackSettings
-from infra.stack import env_exports
+from infra.stack import env_values
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -38,9 +37,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=250_000)
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    for line in env_exports(StackSettings.load()):
-        key, _, value = line.removeprefix("export ").partition("=")
-        os.environ[key] = shlex.split(value)[0]
+    os.environ.update(env_values(StackSettings.load()))
     tag = uuid.uuid4().hex[:8]
     lake = Path(os.environ["CDCPIPE_LAKE"]) / f"_bench_replay_{tag}"
     os.environ["CDCPIPE_LAKE"] = str(lake)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shlex
 import shutil
 import signal
 import subprocess
@@ -27,7 +26,7 @@ from psycopg import sql
 
 from cdcpipe.errors import CdcpipeError
 from infra.config import StackSettings
-from infra.stack import env_exports
+from infra.stack import env_values
 from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
@@ -41,14 +40,6 @@ WAIT_S = 300.0
 
 class DemoError(CdcpipeError):
     """The demo did not see the pipeline deliver what was committed."""
-
-
-def _stack_env(stack: StackSettings) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for line in env_exports(stack):
-        key, _, value = line.removeprefix("export ").partition("=")
-        values[key] = shlex.split(value)[0]
-    return values
 
 
 def _workload(conn: psycopg.Connection[Any], run: str, names: OutboxNames) -> dict[str, int]:
@@ -113,7 +104,7 @@ def _read(table: Path) -> list[dict[str, Any]]:
 def run(say: Callable[[str], None] = print) -> None:
     """Run the sample through the pipeline and show the result; raise DemoError if it does not arrive."""
     stack = StackSettings.load()
-    env = {**os.environ, **_stack_env(stack)}
+    env = {**os.environ, **env_values(stack)}
     os.environ.update(env)  # the settings loaded below, in this process, read the same stack
     from streaming_jobs import control as job_control
     from streaming_jobs.config import SparkSettings

@@ -161,6 +161,11 @@ def down(settings: StackSettings, *, purge: bool = False, report: Report = print
 
 def env_exports(settings: StackSettings) -> list[str]:
     """Shell exports that wire any tool to this stack. No secret: libpq reads the password from PGPASSFILE."""
+    return [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
+
+
+def env_values(settings: StackSettings) -> dict[str, str]:
+    """The variables `env_exports` sets, for a process that starts tools itself (the demo, the benches)."""
     postgres = Postgres(settings)
     values = {
         "CDCPIPE_HOME": str(settings.home),
@@ -175,4 +180,4 @@ def env_exports(settings: StackSettings) -> list[str]:
     }
     if SparkMaster(settings).process.pid() is not None:
         values["CDCPIPE_SPARK_MASTER_URL"] = settings.spark_master_url
-    return [f"export {key}={shlex.quote(value)}" for key, value in values.items()]
+    return values
