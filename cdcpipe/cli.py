@@ -468,6 +468,12 @@ def backfill_command(
     start: str = typer.Option(..., "--from", help=f"where the range starts: {SPEC_HELP}"),
     end: str = typer.Option("latest", "--to", help=f"where it ends (exclusive): {SPEC_HELP}"),
     chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+    reduce: bool = typer.Option(
+        True,
+        "--reduce/--no-reduce",
+        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
+        "--no-reduce has Spark read every record",
+    ),
 ) -> None:
     """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
     from streaming_jobs import positions, rerun
@@ -475,7 +481,9 @@ def backfill_command(
 
     settings = SparkSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
-    outcome = rerun.backfill(settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size)
+    outcome = rerun.backfill(
+        settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size, reduce=reduce
+    )
     typer.echo(
         f"{job}: backfilled {outcome.span.total} records in {outcome.chunks} chunk(s), {outcome.seconds:.1f} s "
         f"({outcome.events_per_s:,.0f}/s): {outcome.applied} applied, {outcome.dead_letters} dead letters; "
@@ -489,13 +497,20 @@ def replay_command(
     into: Path | None = typer.Option(None, help="the new table's folder (default: beside the current one)"),
     swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
     chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+    reduce: bool = typer.Option(
+        True,
+        "--reduce/--no-reduce",
+        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
+        "--no-reduce has Spark read every record",
+    ),
 ) -> None:
     """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
     from streaming_jobs import rerun
     from streaming_jobs.jobs import find as find_job
 
     settings = SparkSettings.load()
-    done = rerun.replay(settings, find_job(job, list(settings.jobs_dirs)), into=into, swap=swap, chunk_size=chunk_size)
+    spec = find_job(job, list(settings.jobs_dirs))
+    done = rerun.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
     typer.echo(
         f"{job}: rebuilt {done.location.table} from {done.rebuild.span.total} records "
         f"({done.rebuild.events_per_s:,.0f}/s)"

@@ -5,15 +5,26 @@ partitions), each chunk going through the same `handle_batch` as a streaming mic
 classification, dead letters and kind, under the table's writer lock, dropping the offsets the table
 already holds. So a backfill run twice changes nothing the second time, and one running beside the
 streaming job applies each record once, whichever writer reaches it first.
+
+A latest-state job's range is first reduced, outside Spark, to each key's newest event and every record
+not surely valid (streaming_jobs.reduce), one worker process per partition; Spark applies that remainder in
+rounds of at most `chunk_size` records, through the same `handle_batch`.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -24,9 +35,15 @@ from streaming_jobs.jobs import JobSpec
 from streaming_jobs.locations import Location
 from streaming_jobs.positions import Offsets, Range
 from streaming_jobs.progress import Progress
+from streaming_jobs.reduce import Reduced, ReduceError, Task
 from streaming_jobs.sinks import BatchContext
 
 DEFAULT_CHUNK = 250_000
+KAFKA_COLUMNS = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+MAX_WORKERS = 4  # reading processes of a reduced range: measured best with 4 partitions on 2 cores
 
 
 @dataclass(frozen=True)
@@ -85,16 +102,16 @@ def apply_range(
     purpose: str,
     chunk_size: int = DEFAULT_CHUNK,
     progress: Progress | None = None,
+    reduce: bool = True,
 ) -> Outcome:
-    """Apply `span` to the tables at `where`, chunk by chunk, reporting progress."""
+    """Apply `span` to the tables at `where`, chunk by chunk, reporting progress.
+
+    `reduce` (latest-state jobs only) reduces the range outside Spark first; False reads it all with Spark.
+    """
+    if reduce and spec.kind == "latest_state":
+        return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress)
     registry = default_registry()
-    # Delta's idempotent-write id for this range: a rerun of it finds each chunk's writes already done.
-    identity = str(
-        uuid.uuid5(
-            uuid.NAMESPACE_URL,
-            f"cdcpipe:{where.table}:{purpose}:{span.spark_json(span.start)}:{span.spark_json(span.end)}",
-        )
-    )
+    identity = _identity(where, purpose, span)
     started = time.monotonic()
     applied = dead = count = 0
     for index, (start, end) in enumerate(chunks(span, chunk_size)):
@@ -107,3 +124,104 @@ def apply_range(
     if progress is not None:
         progress.finish()
     return Outcome(span, applied, dead, count, time.monotonic() - started)
+
+
+def _identity(where: Location, purpose: str, span: Range, how: str = "") -> str:
+    """Delta's idempotent-write id for this range: a rerun of it finds each chunk's writes already done.
+
+    `how` names the chunking: a rerun chunked otherwise must not pass for the same writes.
+    """
+    name = f"cdcpipe:{where.table}:{purpose}:{span.spark_json(span.start)}:{span.spark_json(span.end)}{how}"
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+
+
+def _apply_reduced(
+    spark: SparkSession,
+    settings: SparkSettings,
+    spec: JobSpec,
+    where: Location,
+    span: Range,
+    purpose: str,
+    chunk_size: int,
+    progress: Progress | None,
+) -> Outcome:
+    """A latest-state range: reduced per partition by worker processes, the remainder applied by Spark.
+
+    Each round, every unfinished partition is read until its end or until it kept its share of
+    `chunk_size` records; Spark applies what the round kept as one batch covering exactly what it read.
+    """
+    registry = default_registry()
+    contracts = tuple((c.event_type, c.version, dict(c.schema)) for c in registry)
+    identity = _identity(where, purpose, span, f":reduced:{chunk_size}")
+    started = time.monotonic()
+    at = dict(span.start)
+    applied = dead = rounds = 0
+    scratch = Path(tempfile.mkdtemp(prefix="cdcpipe-reduce-"))
+    drawing = threading.Lock()  # workers report from their own threads: one progress line at a time
+
+    def report(reached: Offsets) -> None:
+        if progress is not None:
+            with drawing:
+                progress.advance(reached)
+
+    try:
+        with ThreadPoolExecutor(MAX_WORKERS) as workers:
+            while pending := sorted(tp for tp in at if at[tp] < span.end[tp]):
+                share = max(1, chunk_size // len(pending))
+                tasks = [
+                    Task(settings.kafka_bootstrap, t, p, at[(t, p)], span.end[(t, p)], share, str(scratch), contracts)
+                    for t, p in pending
+                ]
+                reduced = list(workers.map(lambda task: _run_worker(task, report), tasks))
+                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, rounds)
+                covered = {(r.topic, r.partition): (r.start, r.stopped) for r in reduced}
+                done, bad = handle_batch(_kept(spark, reduced), ctx, registry, covered)
+                applied, dead, rounds = applied + done, dead + bad, rounds + 1
+                for r in reduced:
+                    at[(r.topic, r.partition)] = r.stopped
+                    if r.file:
+                        Path(r.file).unlink()
+                report({tp: at[tp] for tp in pending})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if progress is not None:
+        progress.finish()
+    return Outcome(span, applied, dead, rounds, time.monotonic() - started)
+
+
+def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:
+    """Run one task in its own process (streaming_jobs.reduce), passing its progress on as it comes."""
+    log = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.log"
+    with log.open("w+") as errors:
+        # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
+        worker = subprocess.Popen(  # noqa: S603 - our own module, arguments we built
+            [sys.executable, "-m", "streaming_jobs.reduce", json.dumps(asdict(task))],
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+        assert worker.stdout is not None  # noqa: S101 - PIPE was asked for
+        outcome: Reduced | None = None
+        for line in worker.stdout:
+            word, _, rest = line.strip().partition(" ")
+            if word == "reached":
+                report({(task.topic, task.partition): int(rest)})
+            elif word == "reduced":
+                outcome = Reduced(**json.loads(rest))
+        worker.wait()
+        errors.seek(0)
+        problem = errors.read().strip()[-2000:]
+    if worker.returncode != 0 or outcome is None:
+        raise ReduceError(
+            f"reading {task.topic}[{task.partition}] from offset {task.start} failed "
+            f"(exit {worker.returncode}): {problem or 'no message'}"
+        )
+    return outcome
+
+
+def _kept(spark: SparkSession, reduced: list[Reduced]) -> DataFrame:
+    """The records a round kept, as Spark's Kafka source would give them."""
+    files = [r.file for r in reduced if r.file]
+    if files:
+        return spark.read.parquet(*files)
+    return spark.createDataFrame([], KAFKA_COLUMNS)  # read only transaction markers or aborted records

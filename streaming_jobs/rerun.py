@@ -43,6 +43,7 @@ def backfill(
     *,
     chunk_size: int = DEFAULT_CHUNK,
     out: TextIO | None = None,
+    reduce: bool = True,
 ) -> Outcome:
     """Apply [start, end) to the job's current tables. The range is checked before Spark starts."""
     where = locations.current(spec, settings.lake)
@@ -60,6 +61,7 @@ def backfill(
             purpose="backfill",
             chunk_size=chunk_size,
             progress=Progress(f"backfill {spec.name}", span, out),
+            reduce=reduce,
         )
     finally:
         spark.stop()
@@ -83,6 +85,7 @@ def replay(
     swap: bool = False,
     chunk_size: int = DEFAULT_CHUNK,
     out: TextIO | None = None,
+    reduce: bool = True,
 ) -> Replayed:
     """Rebuild into a new table from the earliest retained offsets; with `swap`, make it the job's.
 
@@ -114,6 +117,7 @@ def replay(
             purpose=purpose,
             chunk_size=chunk_size,
             progress=Progress(f"{label} {spec.name}", span, out),
+            reduce=reduce,
         )
 
     try:

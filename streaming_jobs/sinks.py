@@ -168,26 +168,46 @@ def latest_state(events: DataFrame, ctx: BatchContext) -> int:
     """Upsert the newest event per aggregate; a configured event type, or a tombstone, deletes the row."""
     deletes = list(ctx.job.delete_event_types)
     valid = events.where(F.col("error").isNull())
-    newest = _first_per(valid, ["aggregate_id"], newest=True).select(
-        *EVENT_COLUMNS,
-        (
-            F.col("payload").isNull() | F.col("event_type").isin(*deletes) if deletes else F.col("payload").isNull()
-        ).alias("_delete"),
-    )
-    table = ensure_table(ctx, newest.drop("_delete").withColumn("_applied_at", F.current_timestamp()))
-    # Within one key, Kafka order is the order of the key's partition; an older position never wins.
-    later = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
-    columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS} | {"_applied_at": F.current_timestamp()}
-    with ctx.idempotent():
-        (
-            table.alias("t")
-            .merge(newest.alias("s"), "t.aggregate_id = s.aggregate_id")
-            .whenMatchedDelete(condition=f"s._delete AND {later}")
-            .whenMatchedUpdate(condition=f"NOT s._delete AND {later}", set=columns)
-            .whenNotMatchedInsert(condition="NOT s._delete", values=columns)
-            .execute()
+    newest = (
+        _first_per(valid, ["aggregate_id"], newest=True)
+        .select(
+            *EVENT_COLUMNS,
+            (
+                F.col("payload").isNull() | F.col("event_type").isin(*deletes) if deletes else F.col("payload").isNull()
+            ).alias("_delete"),
         )
-    return newest.count()
+        .cache()  # counted, then written: computed once
+    )
+    try:
+        count = newest.count()
+        if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+            # The first batch: nothing to merge with, so one plain write creates the table with its rows.
+            with ctx.idempotent():
+                (
+                    newest.where(~F.col("_delete"))
+                    .drop("_delete")
+                    .withColumn("_applied_at", F.current_timestamp())
+                    .write.format("delta")
+                    .mode("append")
+                    .save(str(ctx.table))
+                )
+            return count
+        table = DeltaTable.forPath(ctx.spark, str(ctx.table))
+        # Within one key, Kafka order is the order of the key's partition; an older position never wins.
+        later = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
+        columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS} | {"_applied_at": F.current_timestamp()}
+        with ctx.idempotent():
+            (
+                table.alias("t")
+                .merge(newest.alias("s"), "t.aggregate_id = s.aggregate_id")
+                .whenMatchedDelete(condition=f"s._delete AND {later}")
+                .whenMatchedUpdate(condition=f"NOT s._delete AND {later}", set=columns)
+                .whenNotMatchedInsert(condition="NOT s._delete", values=columns)
+                .execute()
+            )
+        return count
+    finally:
+        newest.unpersist()
 
 
 def projection(events: DataFrame, ctx: BatchContext) -> int:

@@ -1,0 +1,128 @@
+"""A latest-state replay reduced outside Spark equals one where Spark reads every record (real Kafka, Spark, Delta).
+
+The topic mixes valid events with every kind of record the Python pre-check must leave to Spark: broken
+JSON, wrong and lenient types, repeated keys, surrogate escapes, bad headers, tombstones and delete events.
+Most of those are superseded by a later valid event of their key, so a record the pre-check wrongly
+vouched for would be dropped, and its dead letter (or its row) would be missing from the reduced replay.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import NewTopic, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from deltalake import DeltaTable
+
+from tests.conftest import Stack
+from tests.streaming_jobs.test_jobs_control_integration import job_env
+from tests.streaming_jobs.test_jobs_integration import deposit, opened
+from tests.streaming_jobs.test_rerun_integration import run, table_rows
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+DEAD = "dead"  # the record must end in the dead letters, whichever way the replay reads
+LIVE = "live"  # it must be applied (it keeps its key's row, or deletes it)
+
+
+def owner_number(key: str) -> bytes:
+    return json.dumps({"account_id": key, "owner": 7, "currency": "EUR"}).encode()  # Spark reads 7 as "7"
+
+
+# (what, event type, payload bytes or None, headers to change, expected outcome)
+TRICKY: list[tuple[str, str, bytes | None, dict[str, bytes | None], str]] = [
+    ("broken JSON", "AccountOpened", b'{"account_id": ', {}, DEAD),
+    ("a field too many", "AccountOpened", b'{"account_id":"k","owner":"o","currency":"EUR","x":1}', {}, DEAD),
+    (
+        "repeated key, first of the wrong type",
+        "MoneyDeposited",
+        b'{"amount":"x","account_id":"k","amount":5,"currency":"EUR"}',
+        {},
+        DEAD,
+    ),
+    ("whole float for an integer", "MoneyDeposited", b'{"account_id":"k","amount":5.0,"currency":"EUR"}', {}, DEAD),
+    ("pattern broken", "MoneyDeposited", deposit("k", 5).replace("EUR", "eur").encode(), {}, DEAD),
+    ("no id header", "AccountOpened", opened("k").encode(), {"id": None}, DEAD),
+    ("unknown event type", "Nope", opened("k").encode(), {}, DEAD),
+    ("a number Spark reads as text", "AccountOpened", b"", {}, LIVE),
+    ("a surrogate escape", "AccountOpened", b'{"account_id":"k","owner":"\\ud800","currency":"EUR"}', {}, LIVE),
+    ("trailing whitespace", "AccountOpened", opened("k").encode() + b"\n", {}, LIVE),
+    (
+        "a repeated key of one type",
+        "AccountOpened",
+        b'{"account_id":"k","owner":"a","owner":"b","currency":"EUR"}',
+        {},
+        LIVE,
+    ),
+    ("a tombstone", "AccountOpened", None, {}, LIVE),
+    ("a delete event", "AccountClosed", json.dumps({"account_id": "k"}).encode(), {}, LIVE),
+]
+
+
+def produce(stack: Stack, topic: str) -> tuple[int, set[str]]:
+    """Every tricky record twice: once superseded by a later valid event of its key, once its key's last word.
+
+    Returns how many records must become dead letters, and the keys whose row must be gone.
+    """
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})  # kept: its futures need it alive
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+
+    def send(
+        key: str | None, event_type: str, value: bytes | None, changed: dict[str, bytes | None], part: int
+    ) -> None:
+        headers = {"id": str(uuid.uuid4()).encode(), "eventType": event_type.encode(), "eventVersion": b"1", **changed}
+        kept: list[tuple[str, str | bytes | None]] = [(k, v) for k, v in headers.items() if v is not None]
+        producer.produce(topic, key=key, value=value, headers=kept, partition=part)
+
+    dead, gone = 0, set()
+    for i, (_, event_type, value, changed, outcome) in enumerate(TRICKY):
+        for last in (False, True):
+            key = f"k-{i}-{'last' if last else 'superseded'}"
+            part = i % PARTITIONS
+            value = owner_number(key) if value == b"" else value
+            for n in range(3):  # valid history first: several versions, most of them superseded
+                send(key, "AccountOpened", opened(f"{key}-v{n}").encode(), {}, part)
+            send(key, event_type, value, changed, part)
+            if not last:
+                send(key, "AccountOpened", opened(f"{key}-final").encode(), {}, part)
+            dead += outcome == DEAD
+            if last and outcome == LIVE and (value is None or event_type == "AccountClosed"):
+                gone.add(key)
+    # (No key in two partitions: Kafka orders none across partitions, so which wins depends on the batches.)
+    send(None, "AccountOpened", opened("no-key").encode(), {}, 1)  # a null key: dead
+    assert producer.flush(30) == 0
+    return dead + 1, gone
+
+
+def dead_letters(table: Path) -> set[tuple[object, ...]]:
+    rows = DeltaTable(str(table.with_name(f"{table.name}_dead_letters"))).to_pyarrow_table().to_pylist()
+    return {(r["topic"], r["kafka_partition"], r["kafka_offset"], r["error"]) for r in rows}
+
+
+def test_a_reduced_latest_state_replay_equals_one_where_spark_reads_every_record(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    expected_dead, gone = produce(stack, topic)
+    name, env = job_env(stack, tmp_path, "latest_state", topic, delete_event_types=["AccountClosed"])
+    lake = tmp_path / "lake"
+
+    # Rounds of at most 12 kept records (4 per partition): the reduction's batches, not only one.
+    run("replay", name, "--into", "reduced", "--chunk-size", "12", env=env)
+    run("replay", name, "--into", "full", "--no-reduce", env=env)
+
+    full, reduced = table_rows(lake / "full", "aggregate_id"), table_rows(lake / "reduced", "aggregate_id")
+    assert reduced == full
+    assert dead_letters(lake / "reduced") == dead_letters(lake / "full")
+
+    # And both are right, not merely equal.
+    assert len(dead_letters(lake / "full")) == expected_dead
+    keys = {f"k-{i}-{w}" for i in range(len(TRICKY)) for w in ("last", "superseded")}
+    assert set(full) == keys - gone
+    lenient = TRICKY.index(next(t for t in TRICKY if t[0] == "a number Spark reads as text"))
+    assert json.loads(str(full[f"k-{lenient}-last"]["payload"]))["owner"] == 7
+    assert all(json.loads(str(full[k]["payload"]))["owner"] == k.upper() + "-FINAL" for k in keys if "superseded" in k)
