@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import NewTopic, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from deltalake import DeltaTable
 
