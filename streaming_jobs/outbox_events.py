@@ -19,9 +19,9 @@ from streaming_jobs.contracts_spark import parse, violation
 
 
 def _header(name: str) -> Column:
-    """The value of one Kafka header as text (null when absent)."""
+    """The value of one Kafka header as text (null when absent); the last one when the name repeats."""
     found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.when(F.size(found) > 0, found[0]["value"].cast("string"))
+    return F.when(F.size(found) > 0, F.element_at(found, -1)["value"].cast("string"))
 
 
 @dataclass(frozen=True)

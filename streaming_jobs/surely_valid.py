@@ -200,7 +200,7 @@ class SurelyValid:
             return False
         found: dict[str, bytes | None] = {}
         for name, data in headers:
-            if name in found:  # Spark's headers map refuses a repeated name: let Spark say so
+            if name in found:  # a repeated name (Spark takes the last one): rare, so Spark reads it
                 return False
             found[name] = data
         event_id, event_type, version = found.get("id"), found.get("eventType"), found.get("eventVersion")

@@ -158,9 +158,25 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
         value=deposit("a-1", 5),
         headers=[("id", ids[1]), ("eventType", "MoneyDeposited"), ("eventVersion", "1")],
     )
+    # Kafka allows a header name twice (tracing tools add theirs): the event is valid, and the last value wins,
+    # as Kafka's own Headers.lastHeader() reads it.
+    send_again.produce(
+        topic,
+        key="a-3",
+        value=opened("a-3"),
+        headers=[
+            ("id", "e-twice"),
+            ("eventType", "AccountOpened"),
+            ("eventVersion", "1"),
+            ("trace", "a"),
+            ("trace", "b"),
+        ],
+    )
     send_again.flush(30)
     job.run()
-    assert sorted(str(r["event_id"]) for r in job.table()) == sorted(ids[:2])
+    assert sorted(str(r["event_id"]) for r in job.table()) == sorted([*ids[:2], "e-twice"])
+    twice = next(r for r in job.table() if r["event_id"] == "e-twice")
+    assert dict(twice["headers"])["trace"] == "b"  # type: ignore[call-overload]
 
 
 def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
