@@ -48,6 +48,13 @@ class Applied:
             for tp, (start, end) in ranges.items()
         )
 
+    def next_missing(self, tp: Partition, offset: int) -> int:
+        """The first offset at or after `offset` in this partition that is not applied yet."""
+        for start, end in self.intervals.get(tp, ()):
+            if start <= offset < end:
+                return end  # intervals are merged where they touch: the end is not applied
+        return offset
+
     def metadata(self) -> str:
         applied: dict[str, dict[str, list[list[int]]]] = {}
         for (topic, partition), spans in sorted(self.intervals.items()):

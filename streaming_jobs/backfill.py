@@ -29,6 +29,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from schemas.contracts import default_registry
+from streaming_jobs import applied
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import JobSpec
@@ -113,17 +114,17 @@ def apply_range(
     registry = default_registry()
     identity = _identity(where, purpose, span)
     started = time.monotonic()
-    applied = dead = count = 0
+    total = dead = count = 0
     for index, (start, end) in enumerate(chunks(span, chunk_size)):
         ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, index)
         records = read_chunk(spark, settings, start, end)
         done, bad = handle_batch(records, ctx, registry, {tp: (start[tp], end[tp]) for tp in start})
-        applied, dead, count = applied + done, dead + bad, count + 1
+        total, dead, count = total + done, dead + bad, count + 1
         if progress is not None:
             progress.advance(end)
     if progress is not None:
         progress.finish()
-    return Outcome(span, applied, dead, count, time.monotonic() - started)
+    return Outcome(span, total, dead, count, time.monotonic() - started)
 
 
 def _identity(where: Location, purpose: str, span: Range, how: str = "") -> str:
@@ -152,10 +153,10 @@ def _apply_reduced(
     """
     registry = default_registry()
     contracts = tuple((c.event_type, c.version, dict(c.schema)) for c in registry)
-    identity = _identity(where, purpose, span, f":reduced:{chunk_size}")
+    identity = _identity(where, purpose, span, ":reduced")
     started = time.monotonic()
     at = dict(span.start)
-    applied = dead = rounds = 0
+    total = dead = rounds = 0
     scratch = Path(tempfile.mkdtemp(prefix="cdcpipe-reduce-"))
     drawing = threading.Lock()  # workers report from their own threads: one progress line at a time
 
@@ -166,27 +167,37 @@ def _apply_reduced(
 
     try:
         with ThreadPoolExecutor(MAX_WORKERS) as workers:
-            while pending := sorted(tp for tp in at if at[tp] < span.end[tp]):
+            while True:
+                # Skip what the table holds (a rerun, a swap's catch-up): the workers would read it for nothing.
+                held = applied.read(where.table)
+                at = {tp: min(span.end[tp], held.next_missing(tp, offset)) for tp, offset in at.items()}
+                report(at)
+                pending = sorted(tp for tp in at if at[tp] < span.end[tp])
+                if not pending:
+                    break
                 share = max(1, chunk_size // len(pending))
                 tasks = [
                     Task(settings.kafka_bootstrap, t, p, at[(t, p)], span.end[(t, p)], share, str(scratch), contracts)
                     for t, p in pending
                 ]
                 reduced = list(workers.map(lambda task: _run_worker(task, report), tasks))
-                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, rounds)
+                # Delta's txnVersion of the round: how far into the range it starts. It grows from round to
+                # round, and a rerun (which starts past what the table holds) never reuses a committed one
+                # for other records, as a round count would once held offsets are skipped.
+                version = sum(at[tp] - span.start[tp] for tp in at)
+                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, version)
                 covered = {(r.topic, r.partition): (r.start, r.stopped) for r in reduced}
                 done, bad = handle_batch(_kept(spark, reduced), ctx, registry, covered)
-                applied, dead, rounds = applied + done, dead + bad, rounds + 1
+                total, dead, rounds = total + done, dead + bad, rounds + 1
                 for r in reduced:
                     at[(r.topic, r.partition)] = r.stopped
                     if r.file:
                         Path(r.file).unlink()
-                report({tp: at[tp] for tp in pending})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if progress is not None:
         progress.finish()
-    return Outcome(span, applied, dead, rounds, time.monotonic() - started)
+    return Outcome(span, total, dead, rounds, time.monotonic() - started)
 
 
 def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:

@@ -25,6 +25,15 @@ def test_covers_only_what_is_held_whole() -> None:
     assert not held.covers({("t", 1): (0, 1)})
 
 
+def test_next_missing_steps_over_what_is_held_to_the_first_offset_that_is_not() -> None:
+    held = Applied({("t", 0): ((0, 20), (30, 40))})
+    assert held.next_missing(("t", 0), 0) == 20
+    assert held.next_missing(("t", 0), 19) == 20
+    assert held.next_missing(("t", 0), 20) == 20
+    assert held.next_missing(("t", 0), 35) == 40
+    assert held.next_missing(("t", 1), 7) == 7  # nothing held in that partition
+
+
 def test_metadata_round_trips_and_foreign_metadata_is_ignored() -> None:
     held = Applied({("a.b", 0): ((0, 5),), ("a.b", 3): ((7, 9), (11, 12))})
     assert Applied.from_metadata(held.metadata()) == held
