@@ -15,7 +15,10 @@ every event the generator saw committed (a commit cut off by the crash is "maybe
 - the Delta table holds each committed event exactly once, and nothing else;
 - in Kafka, per aggregate, the first copy of each event comes in commit order (copies sent again after a
   relay or Postgres crash are counted, and allowed: delivery is at least once).
-Writes bench/results/chaos.json; exits 1 when an event is lost, doubled in Delta, unknown, or out of order.
+Before each fault and at the end it also checks that no relay and no job stopped by itself (each is started
+again if one did, and the run fails).
+Writes bench/results/chaos.json; exits 1 when an event is lost, doubled in Delta, unknown, or out of order,
+or a part stopped by itself.
 """
 
 from __future__ import annotations
@@ -210,9 +213,23 @@ def main() -> None:
     faults: list[dict[str, Any]] = []
     kinds: list[str] = []
     began = time.monotonic()
+    died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
+
+    def check_alive(when: str) -> None:
+        for r in relays:
+            if r.poll() is not None:
+                died.append(f"relay pid {r.pid} exited by itself ({r.returncode}) before {when}")
+                relays[relays.index(r)] = relay()
+        pid_file = work / "_jobs" / f"{job}.pid"
+        pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
+        if pid is None or not Path(f"/proc/{pid}").exists():
+            died.append(f"the job stopped by itself before {when}; see {work / '_jobs' / (job + '.log')}")
+            cdcpipe(job_env, "jobs", "submit", job)
+
     try:
         while time.monotonic() - began < args.minutes * 60:
             time.sleep(args.every)
+            check_alive(f"fault {len(faults) + 1}")
             if not kinds:
                 kinds = rng.sample(FAULTS, len(FAULTS))
             kind = kinds.pop()
@@ -269,6 +286,7 @@ def main() -> None:
         return expected <= set(ids)
 
     caught_up_s = wait_for(all_in_delta, 600, "the job to apply every committed event")
+    check_alive("the end")
     cdcpipe(job_env, "jobs", "stop", job)
     for r in relays:
         r.send_signal(signal.SIGTERM)
@@ -292,6 +310,7 @@ def main() -> None:
         "doubled_in_delta": len(rows) - len(in_delta),
         "unknown_in_delta": len(in_delta - expected - generator.maybe),
         "out_of_order_in_kafka": out_of_order,
+        "stopped_by_themselves": len(died),
     }
     result = {
         "benchmark": "chaos",
@@ -307,6 +326,7 @@ def main() -> None:
         "outbox_drained_s_after_load": round(drained_s, 1),
         "delta_complete_s_after_drain": round(caught_up_s, 1),
         **verdict,
+        "stopped_by_themselves_detail": died,
         "passed": not any(verdict.values()),
     }
     (RESULTS / "chaos.json").write_text(json.dumps(result, indent=2) + "\n")
