@@ -130,7 +130,8 @@ def apply_range(
 def _identity(where: Location, purpose: str, span: Range, how: str = "") -> str:
     """Delta's idempotent-write id for this range: a rerun of it finds each chunk's writes already done.
 
-    `how` names the chunking: a rerun chunked otherwise must not pass for the same writes.
+    `how` names the way the range is cut into batches (the reduced path numbers its rounds by offset): a
+    run cut otherwise must not pass for the same writes.
     """
     name = f"cdcpipe:{where.table}:{purpose}:{span.spark_json(span.start)}:{span.spark_json(span.end)}{how}"
     return str(uuid.uuid5(uuid.NAMESPACE_URL, name))

@@ -8,15 +8,17 @@ when it and a newer record of its key are surely valid. Anything this module is 
 JSON parser's corner cases, regex dialects, odd headers) is a suspect and goes to Spark, which decides.
 
 So every rule below is at least as strict as Spark's (streaming_jobs.contracts_spark), never laxer:
-- the payload is strict UTF-8 JSON, one object, no duplicate key at any depth (Spark keeps the last copy of
-  a key but fails the record if an earlier copy had the wrong type), no NaN or Infinity;
+- the payload is strict UTF-8 JSON, one object and nothing around it, no duplicate key at any depth (Spark
+  keeps the last copy of a key but fails the record if an earlier copy had the wrong type), no NaN or
+  Infinity, no surrogate escape, no field named like a contract field but for case;
 - each field has exactly its contract type (Spark turns a number into a string, for instance; we do not
   count on it), integers fit in 64 bits;
 - the top-level rules Spark checks (required and not null, no extra field when `additionalProperties` is
   false, enum, pattern, minLength, minimum, exclusiveMinimum, maximum) hold; a pattern is only judged on
   ASCII text without line breaks, where Python's and Java's regexes agree, and a pattern Python reads
   differently (a warning) or cannot read leaves every value a suspect.
-`tests/streaming_jobs/test_surely_valid_spark.py` checks the implication against Spark on tricky records.
+`tests/streaming_jobs/test_reduce_integration.py` checks the implication against Spark on tricky records: a
+reduced replay must equal one where Spark reads every record, dead letters included.
 """
 
 from __future__ import annotations
