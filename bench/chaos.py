@@ -174,6 +174,7 @@ def main() -> None:
     topic = pattern.format(aggregatetype="chaos")
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    del admin  # or its client logs every refused connection while Kafka is down
     with psycopg.connect(dsn) as conn:
         schema_outbox.apply(
             conn,
