@@ -206,13 +206,18 @@ def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:
     log = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.log"
     with log.open("w+") as errors:
         # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
-        worker = subprocess.Popen(  # noqa: S603 - our own module, arguments we built
-            [sys.executable, "-m", "streaming_jobs.reduce", json.dumps(asdict(task))],
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "streaming_jobs.reduce"],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
         )
-        assert worker.stdout is not None  # noqa: S101 - PIPE was asked for
+        assert worker.stdin is not None  # noqa: S101 - PIPE was asked for
+        assert worker.stdout is not None  # noqa: S101
+        # On stdin, not in argv: every contract's schema goes with the task, more than an argument may hold.
+        worker.stdin.write(json.dumps(asdict(task)))
+        worker.stdin.close()
         outcome: Reduced | None = None
         for line in worker.stdout:
             word, _, rest = line.strip().partition(" ")

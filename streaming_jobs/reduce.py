@@ -8,10 +8,10 @@ not sure of. Spark then applies that remainder with the job's own logic (classif
 MERGE), so the table and the dead letters come out as if Spark had read every record: a dropped record is
 surely valid and superseded by a newer surely valid record of its key.
 
-A worker is `python -m streaming_jobs.reduce TASK_JSON`: plain Python, no pyspark, no JVM, and no
-re-import of the caller's main module (which multiprocessing's spawn would do). It prints `reached OFFSET`
-lines as it goes, then one `reduced {...}` line, and leaves its remainder in a Parquet file with the
-columns of Spark's Kafka source.
+A worker is `python -m streaming_jobs.reduce`, its task as JSON on stdin: plain Python, no pyspark, no
+JVM, and no re-import of the caller's main module (which multiprocessing's spawn would do). It prints
+`reached OFFSET` lines as it goes, then one `reduced {...}` line, and leaves its remainder in a Parquet
+file with the columns of Spark's Kafka source.
 """
 
 from __future__ import annotations
@@ -179,9 +179,9 @@ def _write(task: Task, records: Sequence[Message]) -> str:
     return str(path)
 
 
-def main(argv: Sequence[str]) -> int:
-    """`python -m streaming_jobs.reduce TASK_JSON`: run one task, print what it did."""
-    fields = json.loads(argv[0])
+def main() -> int:
+    """`python -m streaming_jobs.reduce < TASK_JSON`: run one task, print what it did."""
+    fields = json.loads(sys.stdin.read())
     fields["contracts"] = tuple((t, int(v), schema) for t, v, schema in fields["contracts"])
     try:
         reduced = reduce_partition(Task(**fields))
@@ -193,4 +193,4 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
