@@ -158,7 +158,10 @@ def _apply_reduced(
     started = time.monotonic()
     at = dict(span.start)
     total = dead = rounds = 0
-    scratch = Path(tempfile.mkdtemp(prefix="cdcpipe-reduce-"))
+    # In the lake: Spark's executors read the kept records from there, and they reach the lake wherever
+    # they run (a local temp folder would only work for executors on this machine).
+    settings.lake.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="_reduce-", dir=settings.lake))
     drawing = threading.Lock()  # workers report from their own threads: one progress line at a time
 
     def report(reached: Offsets) -> None:
