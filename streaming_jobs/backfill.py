@@ -13,6 +13,7 @@ rounds of at most `chunk_size` records, through the same `handle_batch`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -207,21 +208,27 @@ def _apply_reduced(
 def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:
     """Run one task in its own process (streaming_jobs.reduce), passing its progress on as it comes."""
     log = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.log"
-    with log.open("w+") as errors:
-        # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
-        worker = subprocess.Popen(
+    outcome: Reduced | None = None
+    # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
+    with (
+        log.open("w+") as errors,
+        subprocess.Popen(
             [sys.executable, "-m", "streaming_jobs.reduce"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
             text=True,
-        )
+        ) as worker,
+    ):
         assert worker.stdin is not None  # noqa: S101 - PIPE was asked for
         assert worker.stdout is not None  # noqa: S101
         # On stdin, not in argv: every contract's schema goes with the task, more than an argument may hold.
-        worker.stdin.write(json.dumps(asdict(task)))
-        worker.stdin.close()
-        outcome: Reduced | None = None
+        try:
+            worker.stdin.write(json.dumps(asdict(task)))
+            worker.stdin.close()
+        except BrokenPipeError:  # a worker that died at once: its stderr says why
+            with contextlib.suppress(BrokenPipeError):
+                worker.stdin.close()  # marks it closed even though the flush fails
         for line in worker.stdout:
             word, _, rest = line.strip().partition(" ")
             if word == "reached":

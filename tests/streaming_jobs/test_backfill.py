@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
-from streaming_jobs.backfill import chunks
+import pytest
+
+from streaming_jobs.backfill import _run_worker, chunks
 from streaming_jobs.positions import Range
 from streaming_jobs.progress import Progress
+from streaming_jobs.reduce import ReduceError, Task
 
 
 def test_chunks_cover_the_range_exactly_once_each_partition_advancing_by_its_share() -> None:
@@ -31,3 +35,17 @@ def test_progress_shows_done_over_total_per_partition_the_rate_and_the_time_left
     now[0] = 4.0
     progress.advance({("t", 0): 100, ("t", 1): 150})
     assert out.getvalue().splitlines()[-1].startswith("backfill j: 200/200 events (100%), 50 events/s, done")
+
+
+def test_a_reduce_worker_that_fails_is_an_error_naming_the_partition_and_what_the_worker_said(
+    tmp_path: Path,
+) -> None:
+    # A contract version that is not a number makes the worker fail as it reads its task, before any Kafka.
+    task = Task("127.0.0.1:1", "orders", 3, 40, 50, 10, str(tmp_path), (("OrderPlaced", "one", {}),))  # type: ignore[arg-type]
+    reports: list[object] = []
+    with pytest.raises(ReduceError) as failed:
+        _run_worker(task, reports.append)
+    message = str(failed.value)
+    assert "reading orders[3] from offset 40 failed (exit 1)" in message
+    assert "invalid literal for int()" in message  # the worker's own error, from its stderr
+    assert reports == []
