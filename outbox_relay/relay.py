@@ -393,19 +393,7 @@ class Relay:
         return limit
 
     def _new_producer(self) -> Producer:
-        return Producer(
-            {
-                "bootstrap.servers": self.settings.kafka_bootstrap,
-                "client.id": f"cdcpipe-relay-{os.getpid()}",
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": self.settings.linger_ms,
-                "message.timeout.ms": int(self.settings.delivery_timeout_s * 1000),
-                "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
-                "queue.buffering.max.messages": max(100_000, 2 * self.settings.batch_size),
-                "logger": log,
-            }
-        )
+        return Producer({**producer_config(self.settings), "logger": log})
 
     def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
         row = conn.execute(self._backlog).fetchone()
