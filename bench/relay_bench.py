@@ -394,7 +394,7 @@ def latency_run(
     }
 
 
-def worst_seconds(arrivals: list[tuple[int, int]], start_ns: int, top: int = 5) -> list[dict[str, float]]:
+def worst_seconds(arrivals: list[tuple[int, int]], start_ns: int, top: int = 5) -> list[dict[str, Any]]:
     """The seconds of the run (by scheduled time) with the highest latency.
 
     When the tail happened, to set beside the logs of Postgres checkpoints, Kafka and the relay.
