@@ -342,10 +342,33 @@ def from_actual_commit(
     return histogram
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (those gone count as 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def backend_pids(dsn: str, application_name: str) -> list[int]:
+    """The Postgres backends serving the sessions of one application name."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))
+        return [int(pid) for (pid,) in rows.fetchall()]
+
+
 def latency_run(
     dsn: str, names: OutboxNames, bootstrap: str, topic: str, rate: int, seconds: float, publisher_pid: int
 ) -> dict[str, Any]:
     settle(dsn)
+    # What the publisher costs: its own process and, for our relay, its Postgres sessions (Debezium's
+    # walsender is not counted: it is named by the slot, not by an application).
+    backends = backend_pids(dsn, f"cdcpipe-relay:{publisher_pid}")
+    cpu_before = (cpu_seconds([publisher_pid]), cpu_seconds(backends), time.monotonic())
     consumer = at_end(bootstrap, topic)
     histogram = HdrHistogram(1, 120_000_000, 3)  # microseconds, up to 2 minutes
     total = int(rate * seconds)
@@ -376,6 +399,8 @@ def latency_run(
             histogram.record_value(max(1, (now - scheduled) // 1000))
             arrivals.append((scheduled, now))
             received += 1
+    cpu_after = (cpu_seconds([publisher_pid]), cpu_seconds(backends), time.monotonic())
+    wall = cpu_after[2] - cpu_before[2]
     generator.join(30)
     consumer.close()
     generated = report.get(timeout=10)
@@ -387,6 +412,8 @@ def latency_run(
         "expected": total,
         "generator": generated,
         "publisher_peak_rss_mib": sampler.stop(),
+        "publisher_cpu_percent": round(100 * (cpu_after[0] - cpu_before[0]) / wall, 1),
+        "publisher_postgres_sessions_cpu_percent": round(100 * (cpu_after[1] - cpu_before[1]) / wall, 1),
         "latency_ms": percentiles_ms(histogram),
         "latency_from_actual_commit_ms": percentiles_ms(after_commit),
         "worst_seconds": worst_seconds(arrivals, start_ns),

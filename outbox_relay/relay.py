@@ -9,10 +9,10 @@ A crash before the COMMIT rolls the DELETE back: the rows are sent again (the ev
 the copy); nothing acknowledged-but-lost, nothing lost. If Kafka does not acknowledge, the transaction rolls
 back and the batch is retried with backoff.
 
-With a backlog, batches overlap: while Kafka acknowledges a full batch, the next one is taken on a second
-connection (every row but the in-flight batch's) and produced behind it. Kafka keeps the producer's order,
-and a batch commits only after the one before it, so per-aggregate order holds; if either fails, both roll
-back and are sent again.
+With a backlog, batches overlap (see `Relay._serve`): each is taken on a connection of its own, leaving out
+the rows of the batches still in flight, and produced after them. Kafka keeps the producer's order, and a
+batch commits only after the one before it, so per-aggregate order holds; if one fails, all roll back and
+are sent again.
 
 Only one relay publishes: the one holding a session advisory lock on the outbox. Others wait as standbys
 and take the lock over the moment Postgres ends the leader's session (its process died, or its connection).
@@ -27,6 +27,9 @@ import os
 import re
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -134,7 +137,7 @@ def take_sql(names: OutboxNames) -> sql.Composed:
 
 
 def take_after_sql(names: OutboxNames) -> sql.Composed:
-    """As `take_sql`, leaving out the seqs in %s (the batch in flight on the other connection).
+    """As `take_sql`, leaving out the seqs in %s (the batches in flight on the other connections).
 
     Only those rows are left out, not every seq below the batch's highest: a row that became visible since
     (a transaction that drew its seq early and committed late) is taken now, before later events of its
@@ -211,8 +214,8 @@ class Relay:
                     if not self._lead(conn):
                         break
                     backoff.reset()
-                    with self._connect() as second:
-                        self._serve(conn, second)
+                    with self._connect() as second, self._connect() as third:
+                        self._serve([conn, second, third])
             except psycopg.OperationalError as exc:
                 self.metrics.errors.labels("postgres").inc()
                 delay = backoff.next()
@@ -258,47 +261,72 @@ class Relay:
             self.stop.wait(self.settings.standby_retry_s)
         return False
 
-    def _serve(self, lead: psycopg.Connection[Any], other: psycopg.Connection[Any]) -> None:
-        """Publish batches until stopped. `lead` holds the leader lock and LISTENs; both take batches."""
+    def _serve(self, conns: list[psycopg.Connection[Any]]) -> None:
+        """Publish batches until stopped. `conns[0]` holds the leader lock and LISTENs; all take batches.
+
+        Caught up, one batch at a time: take, produce, wait for Kafka, commit, sleep until a NOTIFY. Behind
+        (a full batch), three overlap: while the main thread produces batch N+1 and finishes batch N (Kafka's
+        acknowledgement, the COMMIT), a thread already takes batch N+2 on the third connection. Postgres
+        spends most of a batch's time in its DELETE, during which the relay would otherwise only wait.
+        """
+        lead = conns[0]
         lead.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.notify_channel)))
         kafka_backoff = _Backoff(self.settings.backoff_max_s)
         backlog = _BacklogProbe(self, stop_when=self.stop)
         backlog.start()
-        in_flight: _Batch | None = None
+        in_flight: deque[_Batch] = deque()  # produced, not yet committed; oldest first
+        ahead: Future[_Batch | None] | None = None  # the next take, running on the taker thread
         try:
-            while not self.stop.is_set():
-                batch = self._take(other if in_flight is not None and in_flight.conn is lead else lead, in_flight)
-                try:
-                    if in_flight is not None:
-                        self._finish(in_flight)
-                    in_flight = batch
-                    if batch is not None and len(batch.rows) < self.settings.batch_size:
-                        # Caught up: no backlog to overlap with. Finish it, then wait for new rows.
-                        in_flight = None
-                        self._finish(batch)
-                    kafka_backoff.reset()
-                except KafkaUnavailableError as exc:
-                    for pending in (in_flight, batch):
-                        if pending is not None:
-                            pending.roll_back()
-                    in_flight = None
-                    self.metrics.errors.labels("kafka").inc()
-                    delay = kafka_backoff.next()
-                    log.warning("%s; the batch stays in the outbox, retrying in %.1fs", exc, delay)
-                    self.stop.wait(delay)
-                    continue
-                if in_flight is None:
-                    self._sleep_until_rows(lead)
-            if in_flight is not None:
-                self._finish(in_flight)  # stopping: the batch in flight is finished, not abandoned
+            with ThreadPoolExecutor(1, thread_name_prefix="cdcpipe-relay-take") as taker:
+                while not self.stop.is_set():
+                    try:
+                        if ahead is not None:
+                            batch, ahead = ahead.result(), None
+                        else:
+                            batch = self._take(_free(conns, in_flight), in_flight)
+                        if batch is not None:
+                            in_flight.append(batch)
+                            self._produce(batch)
+                            if len(batch.rows) == self.settings.batch_size:
+                                ahead = taker.submit(self._take, _free(conns, in_flight), list(in_flight))
+                        # The newest batch stays in flight only while the next one is being taken.
+                        while len(in_flight) > (1 if ahead is not None else 0):
+                            self._finish(in_flight[0])
+                            in_flight.popleft()
+                        kafka_backoff.reset()
+                    except KafkaUnavailableError as exc:
+                        self._roll_back(ahead, in_flight)
+                        ahead = None
+                        self.metrics.errors.labels("kafka").inc()
+                        delay = kafka_backoff.next()
+                        log.warning("%s; the batch stays in the outbox, retrying in %.1fs", exc, delay)
+                        self.stop.wait(delay)
+                        continue
+                    if ahead is None:
+                        self._sleep_until_rows(lead)
+                # Stopping: what Kafka has is finished; a batch taken but not yet produced goes back.
+                self._roll_back(ahead, deque())
+                ahead = None
+                while in_flight:
+                    self._finish(in_flight[0])
+                    in_flight.popleft()
         finally:
             backlog.stop()
+
+    def _roll_back(self, ahead: Future[_Batch | None] | None, in_flight: deque[_Batch]) -> None:
+        """Put every batch not committed back into the outbox (once the taker is done with its own)."""
+        taken = ahead.result() if ahead is not None else None
+        if taken is not None:
+            taken.roll_back()
+        while in_flight:
+            in_flight.popleft().roll_back()
 
     def _sleep_until_rows(self, conn: psycopg.Connection[Any]) -> None:
         """Block on LISTEN until a NOTIFY (a commit into the outbox), the fallback interval, or stop.
 
         psycopg keeps notifications that arrived during a batch and yields them first, so a commit that
-        happened while the relay was busy wakes it at once instead of being missed.
+        happened while the relay was busy wakes it at once instead of being missed. One wake-up is enough
+        for all of them.
         """
         deadline = time.monotonic() + self.settings.poll_interval_s
         while not self.stop.is_set():
@@ -307,25 +335,34 @@ class Relay:
                 return
             # Slices of at most 0.5s, so a stop request is seen promptly.
             for _ in conn.notifies(timeout=min(left, 0.5), stop_after=1):
-                return
+                break
+            else:
+                continue
+            # The notifications queued behind this one (a commit each, while the last batch ran) announce
+            # rows the next take gets anyway: left queued, each would wake the relay for an empty take.
+            for _ in conn.notifies(timeout=0):
+                pass
+            return
 
     # --- one batch ---------------------------------------------------------------------------------------
 
-    def _take(self, conn: psycopg.Connection[Any], in_flight: _Batch | None) -> _Batch | None:
-        """Open a transaction on `conn`, remove the next rows and produce them; None when there are none."""
+    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[_Batch]) -> _Batch | None:
+        """Open a transaction on `conn` and remove the next rows, but those in flight; None if there are none.
+
+        Runs on the taker thread too: it touches only `conn` and its arguments.
+        """
         began = time.perf_counter()
         conn.execute("BEGIN")
-        if in_flight is None:
+        if not in_flight:
             cursor = conn.execute(self._take_sql, (self.settings.batch_size,))
         else:
-            cursor = conn.execute(self._take_after_sql, ([r.seq for r in in_flight.rows], self.settings.batch_size))
+            seqs = [row.seq for batch in in_flight for row in batch.rows]
+            cursor = conn.execute(self._take_after_sql, (seqs, self.settings.batch_size))
         rows = sorted(map(Row._make, cursor.fetchall()))  # seq first, and unique: seq order
         if not rows:
             conn.execute("COMMIT")
             return None
-        batch = _Batch(conn, rows, began, time.perf_counter())
-        self._produce(batch)
-        return batch
+        return _Batch(conn, rows, began, time.perf_counter())
 
     def _produce(self, batch: _Batch) -> None:
         """Hand every row to the producer; rows that can never be published become the batch's dead letters."""
@@ -460,6 +497,11 @@ class Relay:
     def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
         row = conn.execute(self._backlog).fetchone()
         return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+
+def _free(conns: list[psycopg.Connection[Any]], in_flight: Sequence[_Batch]) -> psycopg.Connection[Any]:
+    """The first connection no batch in flight holds a transaction on."""
+    return next(c for c in conns if all(batch.conn is not c for batch in in_flight))
 
 
 def _record_bytes(row: Row) -> int:
