@@ -52,7 +52,11 @@ def run(
     counts = {"applied": 0, "dead_letters": 0}
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
-        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, batch_id)
+        # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
+        # idempotent-write settings (txnAppId/txnVersion, the applied offsets in userMetadata) must be set
+        # where the batch's DataFrames write. Set on `spark`, an append of the batch committed without
+        # them, and a second commit had to record the offsets: two commits, not one atomic one.
+        ctx = BatchContext(records.sparkSession, spec, where.table, where.dead_letters, identity, batch_id)
         done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
         counts["applied"] += done
         counts["dead_letters"] += dead

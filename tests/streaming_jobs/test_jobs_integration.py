@@ -93,6 +93,24 @@ def send(stack: Stack, topic: str, events: list[Event]) -> list[str]:
     return ids
 
 
+def assert_each_batch_is_one_commit(table: Path) -> None:
+    """Each commit that adds rows carries its batch's idempotence marker and the offsets the table then holds.
+
+    One atomic commit per batch: rows written without them, and the offsets recorded by a second commit,
+    leave a window where a crash keeps rows the table does not know it holds.
+    """
+    data_commits = 0
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        if not any("add" in a for a in actions):
+            continue
+        data_commits += 1
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        assert any("txn" in a for a in actions), f"{commit.name}: rows committed without txnAppId/txnVersion"
+        assert '"applied"' in (info.get("userMetadata") or ""), f"{commit.name}: rows committed without their offsets"
+    assert data_commits, f"no commit of {table} added rows"
+
+
 def deposit(account: str, amount: int) -> str:
     return json.dumps({"account_id": account, "amount": amount, "currency": "EUR"})
 
@@ -177,6 +195,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert sorted(str(r["event_id"]) for r in job.table()) == sorted([*ids[:2], "e-twice"])
     twice = next(r for r in job.table() if r["event_id"] == "e-twice")
     assert dict(twice["headers"])["trace"] == "b"  # type: ignore[call-overload]
+    assert_each_batch_is_one_commit(job.lake / "out")
 
 
 def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
@@ -205,6 +224,7 @@ def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
     state = {str(r["aggregate_id"]): r for r in job.table()}
     assert sorted(state) == ["a-1"]
     assert json.loads(str(state["a-1"]["payload"]))["amount"] == 99
+    assert_each_batch_is_one_commit(job.lake / "out")
 
 
 def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
@@ -245,3 +265,4 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
     job.run()
     assert (job.checkpoint() / "commits" / last.name).exists(), "the batch was not replayed"
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
+    assert_each_batch_is_one_commit(job.lake / "out")
