@@ -120,6 +120,15 @@ def _newest_version(log: Path) -> int:
     return version
 
 
+def newest_commit(table: Path) -> list[dict[str, Any]]:
+    """The actions of the table's newest commit (none for a table that does not exist yet)."""
+    log = table / "_delta_log"
+    version = _newest_version(log) if log.is_dir() else -1
+    if version < 0:
+        return []
+    return [json.loads(line) for line in (log / f"{version:020d}.json").read_text().splitlines() if line]
+
+
 def read(table: Path) -> Applied:
     """The intervals the table holds now (none for a table that does not exist yet)."""
     log = table / "_delta_log"

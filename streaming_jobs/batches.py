@@ -22,7 +22,7 @@ from streaming_jobs import applied, outbox_events, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
-from streaming_jobs.sinks import BatchContext, event_log, latest_state, projection, write_dead_letters
+from streaming_jobs.sinks import BatchContext, event_log, latest_state, projection, summarize, write_dead_letters
 from streaming_jobs.sinks_tables import table_history, table_mirror
 
 Handler = Callable[[DataFrame, BatchContext], int]
@@ -82,8 +82,10 @@ def handle_batch(
             classified = outbox_events.classify(fresh, registry)
         classified = classified.cache()
         try:
-            dead = write_dead_letters(classified, ctx)
-            done = HANDLERS[ctx.job.kind](classified, ctx)
+            dead, oldest = summarize(classified)
+            if dead:
+                write_dead_letters(classified, ctx)
+            done = HANDLERS[ctx.job.kind](classified, replace(ctx, oldest_timestamp=oldest))
         finally:
             classified.unpersist()
         if not applied.read(ctx.table).covers(ranges):

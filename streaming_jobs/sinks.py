@@ -10,16 +10,20 @@ event id before any MERGE, since a MERGE fails when two source rows match one ta
 from __future__ import annotations
 
 import importlib
+import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
+from streaming_jobs import applied
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec
 
@@ -61,6 +65,7 @@ class BatchContext:
     app_id: str
     batch_id: int
     applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
+    oldest_timestamp: datetime | None = None  # the oldest Kafka timestamp among the batch's valid records
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
@@ -83,9 +88,21 @@ class BatchContext:
             conf.unset(USER_METADATA)
 
 
-def write_dead_letters(events: DataFrame, ctx: BatchContext) -> int:
+def summarize(events: DataFrame) -> tuple[int, datetime | None]:
+    """How many of the batch's records are dead letters, and the oldest Kafka timestamp of the valid ones.
+
+    One aggregation, which also fills the cache of the classified batch that every later step reads.
+    """
+    row = events.agg(
+        F.count_if(F.col("error").isNotNull()),
+        F.min(F.when(F.col("error").isNull(), F.col("kafka_timestamp"))),
+    ).first()
+    return (int(row[0]), row[1]) if row else (0, None)
+
+
+def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:
     """Append the batch's invalid records, raw bytes and all, with the reason and the coordinates."""
-    dead = (
+    (
         events.where(F.col("error").isNotNull())
         .select(
             F.lit(ctx.job.name).alias("job"),
@@ -100,19 +117,12 @@ def write_dead_letters(events: DataFrame, ctx: BatchContext) -> int:
             "error",
             F.current_timestamp().alias("detected_at"),
         )
-        .cache()
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", ctx.app_id)
+        .option("txnVersion", ctx.batch_id)
+        .save(str(ctx.dead_letters))
     )
-    count = dead.count()
-    if count:
-        (
-            dead.write.format("delta")
-            .mode("append")
-            .option("txnAppId", ctx.app_id)
-            .option("txnVersion", ctx.batch_id)
-            .save(str(ctx.dead_letters))
-        )
-    dead.unpersist()
-    return count
 
 
 def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:
@@ -120,6 +130,22 @@ def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:
     order = [F.col("kafka_partition"), F.col("kafka_offset")]
     window = Window.partitionBy(*keys).orderBy(*[c.desc() for c in order] if newest else order)
     return events.withColumn("_n", F.row_number().over(window)).where("_n = 1").drop("_n")
+
+
+def rows_added(ctx: BatchContext) -> int:
+    """Rows the batch's commit added to the job's table (0 when Delta skipped the write as done before).
+
+    Read from the commit itself (its operation metrics), which costs one small file, not a Spark job.
+    """
+    commit = applied.newest_commit(ctx.table)
+    txn: dict[str, Any] = next((a["txn"] for a in commit if "txn" in a), {})
+    if txn.get("appId") != ctx.app_id or txn.get("version") != ctx.batch_id:
+        return 0
+    for action in commit:
+        metrics = action.get("commitInfo", {}).get("operationMetrics", {})
+        if "numOutputRows" in metrics:
+            return int(metrics["numOutputRows"])
+    return sum(json.loads(a["add"].get("stats") or "{}").get("numRecords", 0) for a in commit if "add" in a)
 
 
 def ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
@@ -135,33 +161,24 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
     A publisher sends an event again only soon after the first copy (a relay or connector restart), so the
     check against the table looks back `dedupe_window_minutes` from the batch's oldest record, reading only
     the event ids of those files (data skipping on kafka_timestamp), then appends. A MERGE would read and
-    join the whole table on every batch, growing slower as the log grows.
+    join the whole table on every batch, growing slower as the log grows. Returns the rows appended.
     """
-    valid = (
-        _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False)
-        .select(*EVENT_COLUMNS, "headers")
-        .cache()
-    )
-    try:
-        oldest, count = valid.agg(F.min("kafka_timestamp"), F.count(F.lit(1))).first() or (None, 0)
-        fresh = valid
-        if oldest is not None and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-            seen = ctx.spark.read.format("delta").load(str(ctx.table)).select("event_id", "kafka_timestamp")
-            window = ctx.job.dedupe_window_minutes
-            if window:
-                seen = seen.where(F.col("kafka_timestamp") >= F.lit(oldest) - F.expr(f"INTERVAL {window} MINUTES"))
-            # The batch is the small side: broadcast its ids and stream the table's past them, so the
-            # table is neither shuffled nor sorted; only the ids found there (usually none) come back.
-            ids = F.broadcast(valid.select("event_id"))
-            present = seen.select("event_id").join(ids, "event_id", "left_semi")
-            fresh = valid.join(F.broadcast(present), "event_id", "left_anti")
-        with ctx.idempotent():
-            fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(
-                str(ctx.table)
+    valid = events.where(F.col("error").isNull())
+    fresh = _first_per(valid, ["event_id"], newest=False).select(*EVENT_COLUMNS, "headers")
+    if ctx.oldest_timestamp is not None and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        seen = ctx.spark.read.format("delta").load(str(ctx.table)).select("event_id", "kafka_timestamp")
+        window = ctx.job.dedupe_window_minutes
+        if window:
+            seen = seen.where(
+                F.col("kafka_timestamp") >= F.lit(ctx.oldest_timestamp) - F.expr(f"INTERVAL {window} MINUTES")
             )
-        return int(count)
-    finally:
-        valid.unpersist()
+        # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
+        # neither shuffled nor sorted; only the ids found there (usually none) come back.
+        present = seen.select("event_id").join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+        fresh = fresh.join(F.broadcast(present), "event_id", "left_anti")
+    with ctx.idempotent():
+        fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(str(ctx.table))
+    return rows_added(ctx)
 
 
 def latest_state(events: DataFrame, ctx: BatchContext) -> int:
