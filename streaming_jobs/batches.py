@@ -22,7 +22,7 @@ from streaming_jobs import applied, outbox_events, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
-from streaming_jobs.sinks import BatchContext, event_log, latest_state, projection, summarize, write_dead_letters
+from streaming_jobs.sinks import BatchContext, count_dead, event_log, latest_state, projection, write_dead_letters
 from streaming_jobs.sinks_tables import table_history, table_mirror
 
 Handler = Callable[[DataFrame, BatchContext], int]
@@ -74,7 +74,7 @@ def handle_batch(
         ranges = dict(covered) if covered is not None else record_ranges(records)
         if held.covers(ranges):
             return 0, 0  # a replayed batch, or a range applied before: nothing to do, no Spark job run
-        ctx = replace(ctx, applied_metadata=held.plus(ranges).metadata())
+        ctx = replace(ctx, applied_metadata=held.plus(ranges).metadata(), ranges=ranges)
         fresh = records.where(_outside(held)) if held.intervals else records
         if ctx.job.kind in TABLE_KINDS:
             classified = table_changes.classify(fresh, load_table_contract(ctx.job.source_table or ""))
@@ -82,10 +82,10 @@ def handle_batch(
             classified = outbox_events.classify(fresh, registry)
         classified = classified.cache()
         try:
-            dead, oldest = summarize(classified)
+            dead = count_dead(classified)
             if dead:
                 write_dead_letters(classified, ctx)
-            done = HANDLERS[ctx.job.kind](classified, replace(ctx, oldest_timestamp=oldest))
+            done = HANDLERS[ctx.job.kind](classified, ctx)
         finally:
             classified.unpersist()
         if not applied.read(ctx.table).covers(ranges):

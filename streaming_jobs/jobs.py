@@ -45,8 +45,10 @@ class JobSpec(BaseModel):
     )
     max_offsets_per_trigger: int | None = Field(None, ge=1, description="cap on records per micro-batch")
     optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
-    dedupe_window_minutes: int = Field(
-        60, ge=0, description="event_log: how far back a resent event id is looked for (0: the whole table)"
+    dedupe_lookback_records: int = Field(
+        100_000,
+        ge=0,
+        description="event_log: how many records back, per partition, a resent event id is looked for (0: all)",
     )
 
     @field_validator("trigger")

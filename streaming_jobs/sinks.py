@@ -9,13 +9,14 @@ event id before any MERGE, since a MERGE fails when two source rows match one ta
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+import operator
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs import applied
+from streaming_jobs.applied import Interval
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec
+from streaming_jobs.positions import Partition
 
 EVENT_COLUMNS = [
     "event_id",
@@ -65,7 +68,7 @@ class BatchContext:
     app_id: str
     batch_id: int
     applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
-    oldest_timestamp: datetime | None = None  # the oldest Kafka timestamp among the batch's valid records
+    ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
@@ -88,16 +91,9 @@ class BatchContext:
             conf.unset(USER_METADATA)
 
 
-def summarize(events: DataFrame) -> tuple[int, datetime | None]:
-    """How many of the batch's records are dead letters, and the oldest Kafka timestamp of the valid ones.
-
-    One aggregation, which also fills the cache of the classified batch that every later step reads.
-    """
-    row = events.agg(
-        F.count_if(F.col("error").isNotNull()),
-        F.min(F.when(F.col("error").isNull(), F.col("kafka_timestamp"))),
-    ).first()
-    return (int(row[0]), row[1]) if row else (0, None)
+def count_dead(events: DataFrame) -> int:
+    """How many of the batch's records are dead letters (this also fills the classified batch's cache)."""
+    return events.where(F.col("error").isNotNull()).count()
 
 
 def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:
@@ -158,20 +154,26 @@ def ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
 def event_log(events: DataFrame, ctx: BatchContext) -> int:
     """Append every valid event once: dedupe by event id within the batch, and against the table's recent rows.
 
-    A publisher sends an event again only soon after the first copy (a relay or connector restart), so the
-    check against the table looks back `dedupe_window_minutes` from the batch's oldest record, reading only
-    the event ids of those files (data skipping on kafka_timestamp), then appends. A MERGE would read and
-    join the whole table on every batch, growing slower as the log grows. Returns the rows appended.
+    A publisher sends an event again only when it restarts (a relay, a connector), as the first records it
+    sends, so the copy follows its original in the same partition (same key) within the few thousand records
+    the publisher had in flight, whatever time passed in between. The check against the table therefore
+    reads only the event ids of the last `dedupe_lookback_records` records of each partition before the
+    batch (data skipping on kafka_offset), then appends. A MERGE, or a look-back in time, would read more of
+    the table on every batch as the log grows. Returns the rows appended.
     """
     valid = events.where(F.col("error").isNull())
     fresh = _first_per(valid, ["event_id"], newest=False).select(*EVENT_COLUMNS, "headers")
-    if ctx.oldest_timestamp is not None and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        seen = ctx.spark.read.format("delta").load(str(ctx.table)).select("event_id", "kafka_timestamp")
-        window = ctx.job.dedupe_window_minutes
-        if window:
-            seen = seen.where(
-                F.col("kafka_timestamp") >= F.lit(ctx.oldest_timestamp) - F.expr(f"INTERVAL {window} MINUTES")
-            )
+    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        seen = ctx.spark.read.format("delta").load(str(ctx.table))
+        lookback = ctx.job.dedupe_lookback_records
+        if lookback and ctx.ranges:
+            near = [
+                (F.col("topic") == topic)
+                & (F.col("kafka_partition") == partition)
+                & (F.col("kafka_offset") >= start - lookback)
+                for (topic, partition), (start, _) in ctx.ranges.items()
+            ]
+            seen = seen.where(functools.reduce(operator.or_, near))
         # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
         # neither shuffled nor sorted; only the ids found there (usually none) come back.
         present = seen.select("event_id").join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
