@@ -129,10 +129,16 @@ _RETURNING = sql.SQL(
 
 
 def take_sql(names: OutboxNames) -> sql.Composed:
-    """Remove the oldest visible rows, at most %s of them, and return them (in no order: sort by seq)."""
+    """Remove the oldest visible rows, at most %s of them, and return them (in no order: sort by seq).
+
+    `seq = ANY(ARRAY(...))`, not `seq IN (SELECT ...)`: the IN form is a join, and after a drain, when
+    autovacuum's statistics say the outbox is empty, Postgres joined by scanning the table once per row
+    taken (4 s for 2,000 rows in a test; minutes for the form with the in-flight rows left out). An array of
+    keys leaves it no such plan.
+    """
     outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
     return sql.SQL(
-        "DELETE FROM {outbox} WHERE seq IN (SELECT seq FROM {outbox} ORDER BY seq LIMIT %s) {returning}"
+        "DELETE FROM {outbox} WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} ORDER BY seq LIMIT %s)) {returning}"
     ).format(outbox=outbox, returning=_RETURNING)
 
 
@@ -141,12 +147,13 @@ def take_after_sql(names: OutboxNames) -> sql.Composed:
 
     Only those rows are left out, not every seq below the batch's highest: a row that became visible since
     (a transaction that drew its seq early and committed late) is taken now, before later events of its
-    aggregate. Without the exclusion the DELETE would wait on the in-flight batch's row locks.
+    aggregate. Without the exclusion the DELETE would wait on the in-flight batch's row locks. `NOT IN` a
+    subquery is a hash lookup per row whatever the statistics say.
     """
     outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
     return sql.SQL(
-        "DELETE FROM {outbox} WHERE seq IN (SELECT seq FROM {outbox} o WHERE NOT EXISTS "
-        "(SELECT 1 FROM unnest(%s::bigint[]) AS f(seq) WHERE f.seq = o.seq) ORDER BY seq LIMIT %s) {returning}"
+        "DELETE FROM {outbox} WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} "
+        "WHERE seq NOT IN (SELECT unnest(%s::bigint[])) ORDER BY seq LIMIT %s)) {returning}"
     ).format(outbox=outbox, returning=_RETURNING)
 
 
