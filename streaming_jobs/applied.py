@@ -90,18 +90,20 @@ def _merge(spans: Iterable[Interval]) -> tuple[Interval, ...]:
     return tuple(out)
 
 
-def _commit_info(log: Path, version: int) -> dict[str, Any] | None:
-    path = log / f"{version:020d}.json"
+def _actions(log: Path, version: int) -> list[dict[str, Any]] | None:
+    """The actions of one commit, or None when its file is gone (the log was cleaned up below it)."""
     try:
-        lines = path.read_text().splitlines()
+        lines = (log / f"{version:020d}.json").read_text().splitlines()
     except FileNotFoundError:
         return None
-    for line in lines:
-        action = json.loads(line)
-        if "commitInfo" in action:
-            info: dict[str, Any] = action["commitInfo"]
-            return info
-    return {}
+    return [json.loads(line) for line in lines if line]
+
+
+def _commit_info(log: Path, version: int) -> dict[str, Any] | None:
+    actions = _actions(log, version)
+    if actions is None:
+        return None
+    return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
 
 def _newest_version(log: Path) -> int:
@@ -124,9 +126,7 @@ def newest_commit(table: Path) -> list[dict[str, Any]]:
     """The actions of the table's newest commit (none for a table that does not exist yet)."""
     log = table / "_delta_log"
     version = _newest_version(log) if log.is_dir() else -1
-    if version < 0:
-        return []
-    return [json.loads(line) for line in (log / f"{version:020d}.json").read_text().splitlines() if line]
+    return (_actions(log, version) or []) if version >= 0 else []
 
 
 def read(table: Path) -> Applied:

@@ -64,6 +64,11 @@ class Job:
     def checkpoint(self) -> Path:
         return self.lake / "_checkpoints" / self.name
 
+    def counts(self) -> tuple[int, int]:
+        """(applied, dead letters) of the last run, as `cdcpipe jobs status` reads them."""
+        progress = json.loads((self.checkpoint() / "cdcpipe_progress.json").read_text())
+        return int(progress["applied"]), int(progress["dead_letters"])
+
 
 def make_job(
     stack: Stack, tmp_path: Path, kind: str, topics: list[str], env: dict[str, str] | None = None, **extra: object
@@ -146,6 +151,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     send_again.flush(30)
     job = make_job(stack, tmp_path, "event_log", [topic])
     job.run()
+    assert job.counts() == (2, 6), "the rows appended (the copy in the batch is not) and the dead letters"
     rows = job.table()
     assert sorted(str(r["event_id"]) for r in rows) == sorted(ids[:2])
     first = next(r for r in rows if r["event_id"] == ids[0])
@@ -192,6 +198,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     )
     send_again.flush(30)
     job.run()
+    assert job.counts() == (1, 0), "the copy already in the table is not appended again, nor counted"
     assert sorted(str(r["event_id"]) for r in job.table()) == sorted([*ids[:2], "e-twice"])
     twice = next(r for r in job.table() if r["event_id"] == "e-twice")
     assert dict(twice["headers"])["trace"] == "b"  # type: ignore[call-overload]
