@@ -23,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -100,9 +101,19 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
         warmup = _generate(dsn, names, rate, WARMUP_S)
         _wait_rows(table, warmup["events"])
         start_ns = time.time_ns() + 1_000_000_000
-        generated = _generate(dsn, names, rate, seconds, start_ns)
-        expected = warmup["events"] + generated["events"]
-        applied = _wait_rows(table, expected)
+        watching = threading.Event()
+        batches: dict[int, dict[str, Any]] = {}
+        watcher = threading.Thread(target=_watch_batches, args=(lake / "_checkpoints" / name, batches, watching))
+        watcher.start()
+        cpu_before, cpu_began = _cpu_ticks(), time.monotonic()
+        try:
+            generated = _generate(dsn, names, rate, seconds, start_ns)
+            cpu = _cpu_shares(cpu_before, _cpu_ticks(), time.monotonic() - cpu_began, relay.pid, driver.pid)
+            expected = warmup["events"] + generated["events"]
+            applied = _wait_rows(table, expected)
+        finally:
+            watching.set()
+            watcher.join()
     finally:
         driver.send_signal(signal.SIGTERM)
         driver.wait(180)
@@ -127,6 +138,84 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
         }
         if seconds_each
         else None,
+        "batches": _batch_summary(batches),
+        "cpu_percent_of_one_core_while_generating": cpu,
+    }
+
+
+def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
+    """Every process's (CPU ticks, parent pid, command line) now."""
+    out: dict[int, tuple[int, int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        out[int(entry.name)] = (int(fields[11]) + int(fields[12]), int(fields[1]), command)
+    return out
+
+
+def _cpu_shares(
+    before: dict[int, tuple[int, int, str]], after: dict[int, tuple[int, int, str]], wall: float, relay: int, job: int
+) -> dict[str, float]:
+    """Where the two cores went while the load ran: the job (its driver and Spark JVM), the relay, the rest."""
+
+    def descends(pid: int, root: int) -> bool:
+        while pid > 1 and pid in after:
+            if pid == root:
+                return True
+            pid = after[pid][1]
+        return False
+
+    shares: dict[str, float] = {}
+    for pid, (ticks, _, command) in after.items():
+        used = ticks - before[pid][0] if pid in before else ticks
+        if used <= 0:
+            continue
+        if descends(pid, job):
+            group = "job (driver + Spark)"
+        elif descends(pid, relay):
+            group = "relay"
+        elif command.startswith("postgres"):
+            group = "postgres"
+        elif "kafka.Kafka" in command:
+            group = "kafka broker"
+        elif "ConnectDistributed" in command:
+            group = "kafka connect (idle)"
+        elif descends(pid, os.getpid()):
+            group = "load generator"
+        else:
+            group = "other"
+        shares[group] = shares.get(group, 0.0) + used
+    hz = os.sysconf("SC_CLK_TCK")
+    return {group: round(100 * used / hz / wall, 1) for group, used in sorted(shares.items(), key=lambda kv: -kv[1])}
+
+
+def _watch_batches(checkpoint: Path, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
+    """Collect each micro-batch's progress (rows, Spark's time per phase) as the job writes it."""
+    path = checkpoint / "cdcpipe_progress.json"
+    while not done.wait(0.2):
+        try:
+            progress = json.loads(path.read_text()).get("progress") or {}
+        except (OSError, ValueError):
+            continue
+        if "batchId" in progress:
+            batches[int(progress["batchId"])] = progress
+
+
+def _batch_summary(batches: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Median rows and milliseconds per phase of the batches seen while measuring: where the latency goes."""
+    seen = [b for b in batches.values() if b.get("numInputRows")]
+    if not seen:
+        return {"count": 0}
+    phases = sorted({k for b in seen for k in b.get("durationMs", {})})
+    return {
+        "count": len(seen),
+        "rows_median": statistics.median(b["numInputRows"] for b in seen),
+        "duration_ms_median": {k: statistics.median(b["durationMs"].get(k, 0) for b in seen) for k in phases},
     }
 
 
@@ -136,8 +225,10 @@ def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns:
     start_ns = start_ns or time.time_ns() + 1_000_000_000
     generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
     generator.start()
-    generator.join(seconds + 120)
-    result: dict[str, Any] = report.get(timeout=10)
+    # Read the report before joining: a child exits only once its queue is flushed into the pipe, and a
+    # report larger than the pipe's buffer would otherwise leave both waiting on each other.
+    result: dict[str, Any] = report.get(timeout=seconds + 120)
+    generator.join(30)
     result.pop("commits")  # per-transaction times, for the relay bench's second histogram; not wanted here
     return result
 

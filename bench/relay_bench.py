@@ -401,9 +401,9 @@ def latency_run(
             received += 1
     cpu_after = (cpu_seconds([publisher_pid]), cpu_seconds(backends), time.monotonic())
     wall = cpu_after[2] - cpu_before[2]
-    generator.join(30)
     consumer.close()
-    generated = report.get(timeout=10)
+    generated = report.get(timeout=30)  # before the join: the child's exit waits for its report to be read
+    generator.join(30)
     after_commit = from_actual_commit(arrivals, generated.pop("commits"), start_ns, 1e9 / rate)
     return {
         "rate_per_s": rate,

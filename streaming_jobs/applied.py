@@ -122,11 +122,16 @@ def _newest_version(log: Path) -> int:
     return version
 
 
+def newest_version(table: Path) -> int:
+    """The table's newest commit version; -1 for a table that does not exist yet."""
+    log = table / "_delta_log"
+    return _newest_version(log) if log.is_dir() else -1
+
+
 def newest_commit(table: Path) -> list[dict[str, Any]]:
     """The actions of the table's newest commit (none for a table that does not exist yet)."""
-    log = table / "_delta_log"
-    version = _newest_version(log) if log.is_dir() else -1
-    return (_actions(log, version) or []) if version >= 0 else []
+    version = newest_version(table)
+    return (_actions(table / "_delta_log", version) or []) if version >= 0 else []
 
 
 def read(table: Path) -> Applied:

@@ -28,6 +28,7 @@ from streaming_jobs.applied import Interval
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.checkpoints import batch_end
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.event_ids import EventIds
 from streaming_jobs.jobs import JobSpec, find
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
@@ -50,13 +51,18 @@ def run(
     registry = default_registry()
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
+    # An event log's look-back of event ids, kept between micro-batches instead of read from the table by each.
+    lookback = spec.dedupe_lookback_records
+    event_ids = EventIds(lookback) if spec.kind == "event_log" and lookback else None
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
         # idempotent-write settings (txnAppId/txnVersion, the applied offsets in userMetadata) must be set
         # where the batch's DataFrames write. Set on `spark`, an append of the batch committed without
         # them, and a second commit had to record the offsets: two commits, not one atomic one.
-        ctx = BatchContext(records.sparkSession, spec, where.table, where.dead_letters, identity, batch_id)
+        ctx = BatchContext(
+            records.sparkSession, spec, where.table, where.dead_letters, identity, batch_id, event_ids=event_ids
+        )
         done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
         counts["applied"] += done
         counts["dead_letters"] += dead

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from streaming_jobs import applied
 from streaming_jobs.applied import Interval
 from streaming_jobs.errors import StreamingError
+from streaming_jobs.event_ids import EventIds, Record, split
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.positions import Partition
 
@@ -41,6 +42,8 @@ EVENT_COLUMNS = [
     "kafka_offset",
     "kafka_timestamp",
 ]
+
+RECORD_COLUMNS = ["topic", "kafka_partition", "kafka_offset", "event_id"]  # an event_ids.Record
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -69,6 +72,7 @@ class BatchContext:
     batch_id: int
     applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
     ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
+    event_ids: EventIds | None = None  # an event log's memory of the ids its table holds, kept between batches
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
@@ -157,30 +161,70 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
     A publisher sends an event again only when it restarts (a relay, a connector), as the first records it
     sends, so the copy follows its original in the same partition (same key) within the few thousand records
     the publisher had in flight, whatever time passed in between. The check against the table therefore
-    reads only the event ids of the last `dedupe_lookback_records` records of each partition before the
-    batch (data skipping on kafka_offset), then appends. A MERGE, or a look-back in time, would read more of
-    the table on every batch as the log grows. Returns the rows appended.
+    looks only at the event ids of the last `dedupe_lookback_records` records of each partition before the
+    batch; a streaming job remembers those between batches (streaming_jobs.event_ids). A MERGE, or a
+    look-back in time, would read more of the table on every batch as the log grows.
+
+    The batch's (partition, offset, event id) come to the driver (one small Spark job), which picks the
+    records to drop; usually none, and then the batch is appended as it is, without a shuffle or a join.
+    Returns the rows appended.
     """
     valid = events.where(F.col("error").isNull())
-    fresh = _first_per(valid, ["event_id"], newest=False).select(*EVENT_COLUMNS, "headers")
-    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        seen = ctx.spark.read.format("delta").load(str(ctx.table))
-        lookback = ctx.job.dedupe_lookback_records
-        if lookback and ctx.ranges:
-            near = [
-                (F.col("topic") == topic)
-                & (F.col("kafka_partition") == partition)
-                & (F.col("kafka_offset") >= start - lookback)
-                for (topic, partition), (start, _) in ctx.ranges.items()
-            ]
-            seen = seen.where(functools.reduce(operator.or_, near))
-        # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
-        # neither shuffled nor sorted; only the ids found there (usually none) come back.
-        present = seen.select("event_id").join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
-        fresh = fresh.join(F.broadcast(present), "event_id", "left_anti")
+    records = [_record(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
+    before = applied.newest_version(ctx.table)
+    chosen = split(records, _held(ctx, valid, before, records))
+    fresh = valid.select(*EVENT_COLUMNS, "headers")
+    if chosen.drop:
+        dropped = ctx.spark.createDataFrame(
+            [(tp[0], tp[1], offset) for tp, offset, _ in chosen.drop],
+            "topic string, kafka_partition int, kafka_offset long",
+        )
+        fresh = fresh.join(F.broadcast(dropped), ["topic", "kafka_partition", "kafka_offset"], "left_anti")
     with ctx.idempotent():
         fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(str(ctx.table))
+    if ctx.event_ids is not None:
+        after = applied.newest_version(ctx.table)
+        if after == before + 1:  # this batch's commit (the writer lock keeps any other out)
+            ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
+        else:  # Delta skipped the write as done before: what the table holds came from elsewhere
+            ctx.event_ids.forget()
     return rows_added(ctx)
+
+
+def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Record]) -> set[str]:
+    """The batch's event ids the table already holds, in the look-back of the batch's partitions."""
+    lookback = ctx.job.dedupe_lookback_records
+    memory = ctx.event_ids if lookback and ctx.ranges else None
+    if memory is not None and not memory.answers(version, ctx.ranges):
+        rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
+        memory.load(version, memory.floors(ctx.ranges), [_record(r) for r in rows])
+    if version < 0:
+        return set()  # no table yet
+    if memory is not None and not memory.suspects(event_id for _, _, event_id in records):
+        return set()  # the common case: no Spark job, the table is not read
+    # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
+    # neither shuffled nor sorted; only the ids found there (usually none) come back.
+    present = _recent(ctx).select("event_id").join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+    return {str(row[0]) for row in present.distinct().collect()}
+
+
+def _recent(ctx: BatchContext) -> DataFrame:
+    """The table's rows a batch's ids are looked for among: its partitions' last records (all, without a look-back)."""
+    seen = ctx.spark.read.format("delta").load(str(ctx.table))
+    lookback = ctx.job.dedupe_lookback_records
+    if not (lookback and ctx.ranges):
+        return seen
+    near = [
+        (F.col("topic") == topic)
+        & (F.col("kafka_partition") == partition)
+        & (F.col("kafka_offset") >= start - lookback)
+        for (topic, partition), (start, _) in ctx.ranges.items()
+    ]
+    return seen.where(functools.reduce(operator.or_, near))
+
+
+def _record(row: dict[str, Any]) -> Record:
+    return (row["topic"], row["kafka_partition"]), row["kafka_offset"], row["event_id"]
 
 
 def latest_state(events: DataFrame, ctx: BatchContext) -> int:
