@@ -143,8 +143,9 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
 
 
 def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
-    """Every process's (CPU ticks, parent pid, command line) now."""
-    out: dict[int, tuple[int, int, str]] = {}
+    """Every process's (CPU ticks, parent pid, command line) now; key 0: the whole machine's busy ticks."""
+    machine = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    out: dict[int, tuple[int, int, str]] = {0: (sum(machine) - machine[3] - machine[4], 0, "machine")}  # - idle, iowait
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -160,7 +161,11 @@ def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
 def _cpu_shares(
     before: dict[int, tuple[int, int, str]], after: dict[int, tuple[int, int, str]], wall: float, relay: int, job: int
 ) -> dict[str, float]:
-    """Where the two cores went while the load ran: the job (its driver and Spark JVM), the relay, the rest."""
+    """Where the two cores went while the load ran: the job (its driver and Spark JVM), the relay, the rest.
+
+    A process that ended before the second reading is not in it: the load generator, and its Postgres
+    session, show only in the whole machine's figure.
+    """
 
     def descends(pid: int, root: int) -> bool:
         while pid > 1 and pid in after:
@@ -174,7 +179,9 @@ def _cpu_shares(
         used = ticks - before[pid][0] if pid in before else ticks
         if used <= 0:
             continue
-        if descends(pid, job):
+        if pid == 0:
+            group = "whole machine (of 200)"
+        elif descends(pid, job):
             group = "job (driver + Spark)"
         elif descends(pid, relay):
             group = "relay"
@@ -185,7 +192,7 @@ def _cpu_shares(
         elif "ConnectDistributed" in command:
             group = "kafka connect (idle)"
         elif descends(pid, os.getpid()):
-            group = "load generator"
+            group = "bench"
         else:
             group = "other"
         shares[group] = shares.get(group, 0.0) + used
