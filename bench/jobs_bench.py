@@ -16,9 +16,11 @@ Writes bench/results/jobs.json; prints it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -339,13 +341,21 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     lake = Path(env["CDCPIPE_LAKE"]) / f"_bench_{tag}"
-    result = {
-        "benchmark": "streaming_jobs",
-        "cores": os.cpu_count(),
-        "latency": latency(env, lake, tag, args.rate, args.seconds),
-        "throughput": throughput(env, lake, tag, args.events),
-        "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load",
-    }
+    try:
+        result = {
+            "benchmark": "streaming_jobs",
+            "cores": os.cpu_count(),
+            "latency": latency(env, lake, tag, args.rate, args.seconds),
+            "throughput": throughput(env, lake, tag, args.events),
+            "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load",
+        }
+    finally:
+        # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.
+        admin = AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]})
+        for future in admin.delete_topics([f"jobs.{tag}.bench", f"jobs.{tag}.throughput"]).values():
+            with contextlib.suppress(Exception):  # a topic the run did not get to create
+                future.result(30)
+        shutil.rmtree(lake, ignore_errors=True)
     (RESULTS / "jobs.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
