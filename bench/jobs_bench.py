@@ -1,6 +1,6 @@
 """Streaming job benchmark: commit in Postgres -> row in the Delta read model, and what a job sustains.
 
-    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000]
+    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000] [--no-floor]
 
 Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
 
@@ -8,6 +8,8 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   event-log job (trigger 1s) applies them. Latency = when the Delta commit that adds the row was written
   minus the event's scheduled commit time. The job is first warmed with 10 s of the same load, not measured.
   p50, p99, max.
+- Floor (unless --no-floor): the same, with the job replaced by a bare Kafka -> Delta append
+  (`bench/floor_job.py`): what Spark micro-batches and a Delta commit cost here, whatever the job does.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
 Writes bench/results/jobs.json; prints it.
@@ -66,7 +68,10 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
 
 
-def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float) -> dict[str, Any]:
+def latency(
+    env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float, *, floor: bool = False
+) -> dict[str, Any]:
+    """Commit in Postgres -> row visible in Delta, through the relay and an event-log job (or the floor job)."""
     dsn = env["CDCPIPE_PG_DSN"]
     names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")
     with psycopg.connect(dsn) as conn:
@@ -86,9 +91,21 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
     log = RESULTS / "jobs_bench_relay.log"
     relay = start_relay(relay_env, log)
     job_log = (RESULTS / "jobs_bench_job.log").open("wb")
+    checkpoint = lake / "_checkpoints" / name
+    if floor:
+        checkpoint.mkdir(parents=True)  # for its progress file before Spark's first write
+        command = [
+            sys.executable,
+            str(Path(__file__).parent / "floor_job.py"),
+            topic,
+            str(lake / name),
+            str(checkpoint),
+        ]
+    else:
+        command = [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)]
     # The job runs as `cdcpipe jobs submit` runs it: its own driver process.
     driver = subprocess.Popen(
-        [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)],
+        command,
         env=job_env,
         stdout=job_log,
         stderr=subprocess.STDOUT,
@@ -104,7 +121,7 @@ def latency(env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float
         start_ns = time.time_ns() + 1_000_000_000
         watching = threading.Event()
         batches: dict[int, dict[str, Any]] = {}
-        watcher = threading.Thread(target=_watch_batches, args=(lake / "_checkpoints" / name, batches, watching))
+        watcher = threading.Thread(target=_watch_batches, args=(checkpoint, batches, watching))
         watcher.start()
         cpu_before, cpu_began = _cpu_ticks(), time.monotonic()
         try:
@@ -335,6 +352,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare Kafka -> Delta job")
     args = parser.parse_args()
     env = {**os.environ, **env_values(StackSettings.load())}
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
@@ -346,13 +364,17 @@ def main() -> None:
             "benchmark": "streaming_jobs",
             "cores": os.cpu_count(),
             "latency": latency(env, lake, tag, args.rate, args.seconds),
+            # The same load through a bare Kafka -> Delta append (bench/floor_job.py): what any job pays here.
+            "latency_floor": latency(env, lake, f"{tag}f", args.rate, args.seconds, floor=True) if args.floor else None,
             "throughput": throughput(env, lake, tag, args.events),
             "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load",
         }
     finally:
         # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.
         admin = AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]})
-        for future in admin.delete_topics([f"jobs.{tag}.bench", f"jobs.{tag}.throughput"]).values():
+        for future in admin.delete_topics(
+            [f"jobs.{tag}.bench", f"jobs.{tag}f.bench", f"jobs.{tag}.throughput"]
+        ).values():
             with contextlib.suppress(Exception):  # a topic the run did not get to create
                 future.result(30)
         shutil.rmtree(lake, ignore_errors=True)

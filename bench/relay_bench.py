@@ -25,6 +25,7 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -325,7 +326,7 @@ def percentiles_ms(histogram: HdrHistogram) -> dict[str, float]:
 
 
 def from_actual_commit(
-    received: list[tuple[int, int]], commits: list[tuple[int, int]], start_ns: int, interval: float
+    received: list[tuple[int, int, int]], commits: list[tuple[int, int]], start_ns: int, interval: float
 ) -> HdrHistogram:
     """Latency from when each event's commit actually returned (not when it was due): the pipeline's own part.
 
@@ -335,11 +336,44 @@ def from_actual_commit(
     """
     ends = [n for n, _ in commits]
     histogram = HdrHistogram(1, 120_000_000, 3)
-    for scheduled, arrived in received:
-        k = round((scheduled - start_ns) / interval)
-        committed = commits[min(bisect.bisect_right(ends, k), len(commits) - 1)][1]
+    for scheduled, _, arrived in received:
+        committed = _committed_at(scheduled, commits, ends, start_ns, interval)
         histogram.record_value(max(1, (arrived - committed) // 1000))
     return histogram
+
+
+def _committed_at(
+    scheduled: int, commits: list[tuple[int, int]], ends: list[int], start_ns: int, interval: float
+) -> int:
+    """When the transaction that held the event scheduled at `scheduled` returned from its commit."""
+    k = round((scheduled - start_ns) / interval)
+    return commits[min(bisect.bisect_right(ends, k), len(commits) - 1)][1]
+
+
+def legs(
+    received: list[tuple[int, int, int]], commits: list[tuple[int, int]], start_ns: int, interval: float
+) -> dict[str, dict[str, float]]:
+    """Each event's latency in three legs: at the median, and on average over the slowest 1% of events.
+
+    - database: scheduled time -> its transaction's commit returned (the application's own commit);
+    - publisher: commit -> handed to the producer (the record's Kafka CreateTime, in ms): wake-up, take;
+    - kafka: producer -> the consumer has it: the acknowledgement, the broker, the consumer's fetch.
+    Where the tail comes from, without guessing: a slow commit, a late relay, or Kafka.
+    """
+    ends = [n for n, _ in commits]
+    rows = []
+    for scheduled, produced, arrived in received:
+        committed = _committed_at(scheduled, commits, ends, start_ns, interval)
+        rows.append((arrived - scheduled, committed - scheduled, produced - committed, arrived - produced))
+    rows.sort()
+    slowest = rows[-max(1, len(rows) // 100) :]
+    names = ("database", "publisher", "kafka")
+    return {
+        "median_ms": {n: round(statistics.median(r[i + 1] for r in rows) / 1e6, 2) for i, n in enumerate(names)},
+        "slowest_1pct_mean_ms": {
+            n: round(statistics.fmean(r[i + 1] for r in slowest) / 1e6, 2) for i, n in enumerate(names)
+        },
+    }
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -381,7 +415,7 @@ def latency_run(
     gc.collect()
     gc.freeze()  # the measuring loop should not pause to walk what the bench set up before it
     received = 0
-    arrivals: list[tuple[int, int]] = []  # (scheduled, received) ns of each event
+    arrivals: list[tuple[int, int, int]] = []  # (scheduled, produced, received) ns of each event
     deadline = time.monotonic() + seconds + 60
     while received < total and time.monotonic() < deadline:
         # poll() returns as soon as one message is there; consume(timeout=0) then takes what else arrived.
@@ -397,14 +431,15 @@ def latency_run(
             # {"t": 123, ...} from the relay (jsonb text), {"t":123,...} from Debezium (compact JSON)
             scheduled = int(value[value.index(b":") + 1 : value.index(b",")])
             histogram.record_value(max(1, (now - scheduled) // 1000))
-            arrivals.append((scheduled, now))
+            arrivals.append((scheduled, message.timestamp()[1] * 1_000_000, now))
             received += 1
     cpu_after = (cpu_seconds([publisher_pid]), cpu_seconds(backends), time.monotonic())
     wall = cpu_after[2] - cpu_before[2]
     consumer.close()
     generated = report.get(timeout=30)  # before the join: the child's exit waits for its report to be read
     generator.join(30)
-    after_commit = from_actual_commit(arrivals, generated.pop("commits"), start_ns, 1e9 / rate)
+    commits = generated.pop("commits")
+    after_commit = from_actual_commit(arrivals, commits, start_ns, 1e9 / rate)
     return {
         "rate_per_s": rate,
         "seconds": seconds,
@@ -416,18 +451,19 @@ def latency_run(
         "publisher_postgres_sessions_cpu_percent": round(100 * (cpu_after[1] - cpu_before[1]) / wall, 1),
         "latency_ms": percentiles_ms(histogram),
         "latency_from_actual_commit_ms": percentiles_ms(after_commit),
+        "legs": legs(arrivals, commits, start_ns, 1e9 / rate),
         "worst_seconds": worst_seconds(arrivals, start_ns),
         "_histogram": histogram,
     }
 
 
-def worst_seconds(arrivals: list[tuple[int, int]], start_ns: int, top: int = 5) -> list[dict[str, Any]]:
+def worst_seconds(arrivals: list[tuple[int, int, int]], start_ns: int, top: int = 5) -> list[dict[str, Any]]:
     """The seconds of the run (by scheduled time) with the highest latency.
 
     When the tail happened, to set beside the logs of Postgres checkpoints, Kafka and the relay.
     """
     worst: dict[int, int] = {}
-    for scheduled, arrived in arrivals:
+    for scheduled, _, arrived in arrivals:
         second = (scheduled - start_ns) // 1_000_000_000
         worst[second] = max(worst.get(second, 0), arrived - scheduled)
     ranked = sorted(worst.items(), key=lambda item: -item[1])[:top]

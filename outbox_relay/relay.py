@@ -363,7 +363,9 @@ class Relay:
         if not in_flight:
             cursor = conn.execute(self._take_sql, (self.settings.batch_size,))
         else:
-            seqs = [row.seq for batch in in_flight for row in batch.rows]
+            # A text array literal: psycopg's list dumper runs in Python, 2 ms for the 4,000 seqs of two batches;
+            # this join takes 0.3 ms, on the taker thread that decides how soon the next DELETE starts.
+            seqs = "{" + ",".join([str(row.seq) for batch in in_flight for row in batch.rows]) + "}"
             cursor = conn.execute(self._take_after_sql, (seqs, self.settings.batch_size))
         rows = sorted(map(Row._make, cursor.fetchall()))  # seq first, and unique: seq order
         if not rows:

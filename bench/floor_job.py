@@ -1,0 +1,77 @@
+"""The floor under the jobs bench: Kafka to Delta with nothing of cdcpipe's own in between.
+
+    python bench/floor_job.py TOPIC TABLE CHECKPOINT
+
+One Structured Streaming query, started as the bench starts a job (its own driver, the session every
+cdcpipe job uses, trigger 1 s): each micro-batch appends the records' value (as `payload`), partition and
+offset to a Delta table, with the idempotent-write marker (txnAppId/txnVersion) every cdcpipe job commits
+with. No contracts, no dead letters, no dedupe, no headers. The jobs bench measures it beside the event-log
+job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
+no job can go below here.
+
+It writes its progress where a job does (`<checkpoint>/cdcpipe_progress.json`), for the bench's batch summary.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql.functions import col
+
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.spark_session import build_spark_session
+
+
+def main() -> None:
+    topic, table, checkpoint = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    settings = SparkSettings.load()
+    spark = build_spark_session(settings, app_name="cdcpipe-bench-floor")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+
+    def each_batch(records: DataFrame, batch_id: int) -> None:
+        (
+            records.select(col("value").cast("string").alias("payload"), "partition", "offset")
+            .write.format("delta")
+            .mode("append")
+            .option("txnAppId", "bench-floor")
+            .option("txnVersion", batch_id)
+            .save(table)
+        )
+
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .writeStream.foreachBatch(each_batch)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(1)
+            if query.lastProgress is not None:
+                progress = json.loads(query.lastProgress.json)
+                tmp = checkpoint / "cdcpipe_progress.json.tmp"
+                tmp.write_text(json.dumps({"updated_at": time.time(), "progress": progress}))
+                tmp.replace(checkpoint / "cdcpipe_progress.json")
+        while query.status.get("isTriggerActive"):
+            time.sleep(0.1)
+        query.stop()
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
