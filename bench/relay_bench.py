@@ -496,17 +496,17 @@ def stage_totals(port: int) -> dict[str, float]:
                 "cdcpipe_relay_batch_size_sum",
                 "cdcpipe_relay_batch_size_count",
             )
-        ):
+        ) or (line.startswith("cdcpipe_relay_batch_stage_seconds_bucket") and 'le="0.01"' in line):
             name, value = line.rsplit(" ", 1)
             totals[name] = float(value)
     return totals
 
 
-def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
     """Batches during one run: how many, mean size, and mean milliseconds in each stage."""
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     batches = delta.get("cdcpipe_relay_batch_size_count", 0.0)
-    means = {
+    means: dict[str, Any] = {
         "batches": batches,
         "mean_size": round(delta.get("cdcpipe_relay_batch_size_sum", 0.0) / max(batches, 1), 1),
     }
@@ -515,6 +515,12 @@ def stage_means(before: dict[str, float], after: dict[str, float]) -> dict[str, 
             delta.get(f'cdcpipe_relay_batch_stage_seconds_{kind}{{stage="{stage}"}}', 0.0) for kind in ("sum", "count")
         )
         means[f"mean_{stage}_ms"] = round(1000 * total / max(count, 1), 3)
+    # The tail: batches that spent over 10 ms in a stage (a stalled DELETE, acknowledgement or COMMIT).
+    means["over_10ms"] = {
+        stage: delta.get(f'cdcpipe_relay_batch_stage_seconds_count{{stage="{stage}"}}', 0.0)
+        - delta.get(f'cdcpipe_relay_batch_stage_seconds_bucket{{le="0.01",stage="{stage}"}}', 0.0)
+        for stage in ("take", "ack", "commit")
+    }
     return means
 
 
