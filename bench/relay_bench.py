@@ -105,6 +105,17 @@ class RssSampler(threading.Thread):
         return round(self.peak, 1)
 
 
+def machine_busy_s() -> float:
+    """CPU-seconds the whole machine has spent busy so far (all cores; idle and I/O wait left out)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us_per_event(busy_before: float, count: int) -> float:
+    """Microseconds of CPU, all processes together, per event since `busy_before`: what each way costs."""
+    return round(1e6 * (machine_busy_s() - busy_before) / max(count, 1), 1)
+
+
 # --- ceilings ----------------------------------------------------------------------------------------------
 
 
@@ -118,7 +129,7 @@ def postgres_ceiling(dsn: str, names: OutboxNames, count: int) -> dict[str, floa
         take = take_sql(names)
         conn.execute("SET synchronous_commit = off")  # as the relay's own session does
         conn.commit()
-        began = time.perf_counter()
+        began, busy = time.perf_counter(), machine_busy_s()
         removed = 0
         while True:
             rows = conn.execute(take, (BATCH,)).fetchall()
@@ -127,7 +138,12 @@ def postgres_ceiling(dsn: str, names: OutboxNames, count: int) -> dict[str, floa
                 break
             removed += len(rows)
         take_s = time.perf_counter() - began
-    return {"copy_rows_per_s": round(count / copy_s), "remove_rows_per_s": round(removed / take_s)}
+        cpu = cpu_us_per_event(busy, removed)
+    return {
+        "copy_rows_per_s": round(count / copy_s),
+        "remove_rows_per_s": round(removed / take_s),
+        "remove_cpu_us_per_row": cpu,
+    }
 
 
 def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, float]:
@@ -139,7 +155,7 @@ def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, 
         ("eventType", b"BenchEvent"),
         ("eventVersion", b"1"),
     ]
-    began = time.perf_counter()
+    began, busy = time.perf_counter(), machine_busy_s()
     for k in range(count):
         while True:
             try:
@@ -150,7 +166,8 @@ def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, 
         if k % BATCH == BATCH - 1:
             producer.flush()  # the relay waits for each batch too
     producer.flush()
-    return {"produce_msgs_per_s": round(count / (time.perf_counter() - began))}
+    seconds = time.perf_counter() - began
+    return {"produce_msgs_per_s": round(count / seconds), "produce_cpu_us_per_msg": cpu_us_per_event(busy, count)}
 
 
 # --- the relay under test -----------------------------------------------------------------------------------
@@ -187,18 +204,21 @@ def drain(dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, 
     with psycopg.connect(dsn) as conn:
         copy_rows(conn, names, count)
         conn.commit()  # the NOTIFY at this commit wakes the relay; Debezium sees the commit in the WAL
-        began = time.perf_counter()
+        began, busy = time.perf_counter(), machine_busy_s()
     received = 0
     deadline = time.monotonic() + 600
     while received < count and time.monotonic() < deadline:
         received += sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.2) if m.error() is None)
     elapsed = time.perf_counter() - began
+    cpu = cpu_us_per_event(busy, received)  # this consumer's share included
     consumer.close()
     result: dict[str, Any] = {
         "events": count,
         "received": received,
         "seconds": round(elapsed, 2),
         "events_per_s": round(received / elapsed),
+        "cpu_us_per_event": cpu,
+        "machine_busy_percent": round(cpu * received / elapsed / 1e4, 1),
     }
     if sampler:
         result["publisher_peak_rss_mib"] = sampler.stop()
