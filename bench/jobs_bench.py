@@ -367,7 +367,7 @@ def main() -> None:
             # The same load through a bare Kafka -> Delta append (bench/floor_job.py): what any job pays here.
             "latency_floor": latency(env, lake, f"{tag}f", args.rate, args.seconds, floor=True) if args.floor else None,
             "throughput": throughput(env, lake, tag, args.events),
-            "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load",
+            "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load. latency_floor: the same load and measure through bench/floor_job.py, a bare Kafka -> Delta append with the idempotent-write marker and nothing else",
         }
     finally:
         # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.

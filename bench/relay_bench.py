@@ -7,11 +7,14 @@ relay (its own process, as users run it), the load generator (its own process) a
 
 - Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox.
 - Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
-  size; confluent-kafka alone producing the same messages with the relay's own producer settings.
+  size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
+  drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
 - Latency: the generator commits events on a fixed schedule (open loop: it never waits for the relay or the
   consumer, and a late commit counts from its *scheduled* time, so coordinated omission cannot hide a stall);
   the consumer records commit-schedule -> receipt in an HdrHistogram. A second histogram counts from when
   each commit actually returned: the difference is the database taking the application's commits late.
+  Each event's latency is also split into legs (database, publisher, Kafka), and the relay's batches that
+  spent over 10 ms in a stage are counted: where the tail comes from.
 Writes bench/results/relay.json and bench/results/relay_latency.png; prints the JSON.
 """
 
@@ -377,6 +380,7 @@ def legs(
 
     - database: scheduled time -> its transaction's commit returned (the application's own commit);
     - publisher: commit -> handed to the producer (the record's Kafka CreateTime, in ms): wake-up, take;
+      for Debezium, whatever timestamp Kafka Connect gave the record;
     - kafka: producer -> the consumer has it: the acknowledgement, the broker, the consumer's fetch.
     Where the tail comes from, without guessing: a slow commit, a late relay, or Kafka.
     """
