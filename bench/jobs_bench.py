@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
-from relay_bench import PAD, generate, start_relay, wait_leader
+from relay_bench import PAD, generate, machine_busy_ticks, start_relay, wait_leader
 
 from infra.config import StackSettings
 from infra.stack import env_values
@@ -163,8 +163,7 @@ def latency(
 
 def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
     """Every process's (CPU ticks, parent pid, command line) now; key 0: the whole machine's busy ticks."""
-    machine = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    out: dict[int, tuple[int, int, str]] = {0: (sum(machine) - machine[3] - machine[4], 0, "machine")}  # - idle, iowait
+    out: dict[int, tuple[int, int, str]] = {0: (machine_busy_ticks(), 0, "machine")}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue

@@ -108,10 +108,15 @@ class RssSampler(threading.Thread):
         return round(self.peak, 1)
 
 
-def machine_busy_s() -> float:
-    """CPU-seconds the whole machine has spent busy so far (all cores; idle and I/O wait left out)."""
+def machine_busy_ticks() -> int:
+    """Clock ticks the whole machine has spent busy so far (all cores; idle and I/O wait left out)."""
     ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+    return sum(ticks) - ticks[3] - ticks[4]
+
+
+def machine_busy_s() -> float:
+    """The same, in CPU-seconds."""
+    return machine_busy_ticks() / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_us_per_event(busy_before: float, count: int) -> float:
