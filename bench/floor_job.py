@@ -9,12 +9,11 @@ with. No contracts, no dead letters, no dedupe, no headers. The jobs bench measu
 job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
 no job can go below here.
 
-It writes its progress where a job does (`<checkpoint>/cdcpipe_progress.json`), for the bench's batch summary.
+It writes its progress as a job does (`streaming_jobs.runner.write_progress`), for the bench's batch summary.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
@@ -25,6 +24,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.functions import col
 
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.runner import write_progress
 from streaming_jobs.spark_session import build_spark_session
 
 
@@ -61,11 +61,7 @@ def main() -> None:
     try:
         while query.isActive and not stop.is_set():
             query.awaitTermination(1)
-            if query.lastProgress is not None:
-                progress = json.loads(query.lastProgress.json)
-                tmp = checkpoint / "cdcpipe_progress.json.tmp"
-                tmp.write_text(json.dumps({"updated_at": time.time(), "progress": progress}))
-                tmp.replace(checkpoint / "cdcpipe_progress.json")
+            write_progress(checkpoint, query.lastProgress, {}, running=True)
         while query.status.get("isTriggerActive"):
             time.sleep(0.1)
         query.stop()

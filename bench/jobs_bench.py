@@ -39,12 +39,13 @@ import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
-from relay_bench import PAD, generate, machine_busy_ticks, start_relay, wait_leader
+from relay_bench import PAD, generate, machine_busy_ticks, process_ticks, start_relay, wait_leader
 
 from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
+from streaming_jobs.runner import PROGRESS_FILE
 
 RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 4
@@ -168,11 +169,11 @@ def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            ticks, parent = process_ticks(int(entry.name))
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        out[int(entry.name)] = (int(fields[11]) + int(fields[12]), int(fields[1]), command)
+        out[int(entry.name)] = (ticks, parent, command)
     return out
 
 
@@ -220,7 +221,7 @@ def _cpu_shares(
 
 def _watch_batches(checkpoint: Path, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
     """Collect each micro-batch's progress (rows, Spark's time per phase) as the job writes it."""
-    path = checkpoint / "cdcpipe_progress.json"
+    path = checkpoint / PROGRESS_FILE
     while not done.wait(0.2):
         try:
             progress = json.loads(path.read_text()).get("progress") or {}
@@ -334,7 +335,7 @@ def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[s
         capture_output=True,
     )
     wall = time.monotonic() - began
-    progress = json.loads((lake / "_checkpoints" / name / "cdcpipe_progress.json").read_text())
+    progress = json.loads((lake / "_checkpoints" / name / PROGRESS_FILE).read_text())
     return {
         "events": events,
         "distinct_keys": 10_000,

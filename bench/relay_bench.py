@@ -405,15 +405,20 @@ def legs(
     }
 
 
+def process_ticks(pid: int) -> tuple[int, int]:
+    """A process's (user + system CPU clock ticks so far, parent pid); OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return int(fields[11]) + int(fields[12]), int(fields[1])
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds the processes have used so far (those gone count as 0)."""
     total = 0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += process_ticks(pid)[0]
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / os.sysconf("SC_CLK_TCK")
 
 

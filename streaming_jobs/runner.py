@@ -97,10 +97,10 @@ def run(
                 query.stop()
                 break
             query.awaitTermination(1)
-            _write_progress(checkpoint, query.lastProgress, counts, running=True)
+            write_progress(checkpoint, query.lastProgress, counts, running=True)
         query.awaitTermination()  # raises the query's own error, if it died of one
     finally:
-        _write_progress(checkpoint, query.lastProgress, counts, running=False)
+        write_progress(checkpoint, query.lastProgress, counts, running=False)
         spark.stop()
 
 
@@ -134,7 +134,8 @@ def optimize(spark: Any, where: locations.Location) -> None:
                     spark.conf.unset(USER_METADATA)
 
 
-def _write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:
+def write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:
+    """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads)."""
     # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
     rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
     record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
