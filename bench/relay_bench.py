@@ -1,6 +1,6 @@
 """Outbox relay benchmark: backlog drain against the raw ceilings, and open-loop latency at fixed rates.
 
-    python bench/relay_bench.py [--events 200000] [--rates 3000,20000] [--seconds 20]
+    python bench/relay_bench.py [--events 200000] [--rounds 3] [--rates 3000,20000] [--seconds 20]
 
 Needs the stack running (`cdcpipe stack up`). Everything shares the machine's cores: Postgres, Kafka, the
 relay (its own process, as users run it), the load generator (its own process) and the consumer (here).
@@ -9,6 +9,8 @@ relay (its own process, as users run it), the load generator (its own process) a
 - Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
   size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
   drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
+  The two ceilings and the drain run in turn, `--rounds` times; each figure is the median of its rounds,
+  so one noisy moment on the shared machine (or a broker whose JIT is still cold) does not make the ratio.
 - Latency: the generator commits events on a fixed schedule (open loop: it never waits for the relay or the
   consumer, and a late commit counts from its *scheduled* time, so coordinated omission cannot hide a stall);
   the consumer records commit-schedule -> receipt in an HdrHistogram. A second histogram counts from when
@@ -50,7 +52,7 @@ from connectors.config import DEFINITIONS_DIR, ConnectSettings
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
-from outbox_relay.relay import producer_config, take_sql
+from outbox_relay.relay import producer_config, take
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -134,17 +136,14 @@ def postgres_ceiling(dsn: str, names: OutboxNames, count: int) -> dict[str, floa
         copy_rows(conn, names, count)
         conn.commit()
         copy_s = time.perf_counter() - began
-        take = take_sql(names)
+    with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = off")  # as the relay's own session does
-        conn.commit()
         began, busy = time.perf_counter(), machine_busy_s()
         removed = 0
-        while True:
-            rows = conn.execute(take, (BATCH,)).fetchall()
-            conn.commit()
-            if not rows:
-                break
+        while rows := take(conn, names, BATCH):
+            conn.execute("COMMIT")
             removed += len(rows)
+        conn.execute("COMMIT")
         take_s = time.perf_counter() - began
         cpu = cpu_us_per_event(busy, removed)
     return {
@@ -176,6 +175,15 @@ def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, 
     producer.flush()
     seconds = time.perf_counter() - began
     return {"produce_msgs_per_s": round(count / seconds), "produce_cpu_us_per_msg": cpu_us_per_event(busy, count)}
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each numeric figure's median over the rounds (a peak's highest), and the rounds themselves."""
+    numeric = [key for key, value in runs[0].items() if isinstance(value, int | float)]
+    summary: dict[str, Any] = {
+        key: round((max if "peak" in key else statistics.median)(run[key] for run in runs), 2) for key in numeric
+    }
+    return {**summary, "rounds": runs}
 
 
 # --- the relay under test -----------------------------------------------------------------------------------
@@ -590,6 +598,7 @@ def main() -> None:
     """Run every measurement in one go and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3, help="ceilings and drain, each run this many times")
     parser.add_argument("--rates", default="3000,20000")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--no-debezium", action="store_true", help="measure only our relay")
@@ -645,13 +654,18 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     debezium_name: str | None = None
     try:
-        result["ceiling_postgres"] = postgres_ceiling(dsn, ceiling_names, args.events)
-        result["ceiling_kafka"] = kafka_ceiling(relay_settings, ceiling_topic, args.events)
         relay = start_relay(relay_env, log)
         try:
             wait_leader(dsn, relay_names, relay.pid)
             result["relay_idle_rss_mib"] = round(rss_mib(relay.pid), 1)
-            result["relay_drain"] = drain(dsn, relay_names, stack.kafka_bootstrap, relay_topic, args.events, relay.pid)
+            rounds: dict[str, list[dict[str, Any]]] = {"ceiling_postgres": [], "ceiling_kafka": [], "relay_drain": []}
+            for _ in range(args.rounds):
+                rounds["ceiling_postgres"].append(postgres_ceiling(dsn, ceiling_names, args.events))
+                rounds["ceiling_kafka"].append(kafka_ceiling(relay_settings, ceiling_topic, args.events))
+                rounds["relay_drain"].append(
+                    drain(dsn, relay_names, stack.kafka_bootstrap, relay_topic, args.events, relay.pid)
+                )
+            result.update({name: medians(runs_of) for name, runs_of in rounds.items()})
             for rate in rates:
                 before = stage_totals(metrics_port)
                 run = latency_run(dsn, relay_names, stack.kafka_bootstrap, relay_topic, rate, args.seconds, relay.pid)
@@ -684,6 +698,10 @@ def main() -> None:
         admin.delete_topics([relay_topic, debezium_topic, ceiling_topic])
     lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
     result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
+    result["relay_drain"]["ratio_to_lower_ceiling_per_round"] = [
+        round(d["events_per_s"] / min(p["remove_rows_per_s"], k["produce_msgs_per_s"]), 2)
+        for d, p, k in zip(rounds["relay_drain"], rounds["ceiling_postgres"], rounds["ceiling_kafka"], strict=True)
+    ]
     if "debezium_drain" in result:
         result["drain_ratio_relay_to_debezium"] = round(
             result["relay_drain"]["events_per_s"] / result["debezium_drain"]["events_per_s"], 2

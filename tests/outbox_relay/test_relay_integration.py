@@ -21,7 +21,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from outbox_relay.config import RelaySettings
+from outbox_relay.errors import RelayError
 from outbox_relay.relay import Relay, take_after_sql, take_sql
+from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
 from tests.kafka_helpers import Record, read_topics
@@ -409,3 +411,10 @@ def test_a_commit_wakes_the_relay_at_once_and_an_idle_relay_uses_no_cpu(
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+def test_a_relay_pointed_at_no_outbox_says_so_and_how_to_create_it(stack: Stack, outbox: Outbox) -> None:
+    names = OutboxNames.load(outbox_schema=f"{outbox.names.outbox_schema}_missing")
+    relay = Relay(outbox.relay_settings(stack), names)
+    with pytest.raises(RelayError, match=r"outbox table .*_missing\.outbox does not exist.*cdcpipe schema apply"):
+        relay.run()
