@@ -293,14 +293,16 @@ class Relay:
         return conn
 
     def _check_outbox(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse to start without an outbox, with the fix, rather than fail at the first take."""
         names = self.names
         row = conn.execute(
             "SELECT to_regclass(%s)", (sql.Identifier(names.outbox_schema, names.outbox_table).as_string(conn),)
         ).fetchone()
         if row is None or row[0] is None:
             raise RelayError(
-                f"the outbox table {names.outbox_schema}.{names.outbox_table} does not exist in this database: "
-                "create it with `cdcpipe schema apply`, or point CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
+                f"the outbox table {names.outbox_schema}.{names.outbox_table} does not exist in this database (or "
+                "the relay's role may not use its schema): create it with `cdcpipe schema apply`, or point "
+                "CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
             )
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
