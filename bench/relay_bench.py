@@ -37,6 +37,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,14 +79,17 @@ def copy_rows(conn: psycopg.Connection[Any], names: OutboxNames, count: int, sta
             out.write_row(("bench", f"agg-{k % 1000}", "BenchEvent", payload(now)))
 
 
-def vacuum(dsn: str, names: OutboxNames) -> None:
-    """Clear the dead rows the last drain left in the outbox, so every round starts from the same table.
+def vacuum(dsn: str, *names: OutboxNames) -> None:
+    """Clear the dead rows the last drains left in these outboxes, so a measurement starts from a clean table.
 
     Left to autovacuum, they piled up over the rounds: the Postgres ceiling fell from 115k to 95k rows/s and
-    the drain from 58k to 51k events/s between a run's first and third round.
+    the drain from 58k to 51k events/s between a run's first and third round. And autovacuum then cleaned them
+    in the middle of a latency run: its VACUUM ANALYZE of the ceiling's outbox stalled the application's commits
+    (up to 97 ms, for the 9 s it ran). ANALYZE too, or autovacuum would still come for the statistics.
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("VACUUM {}").format(sql.Identifier(names.outbox_schema, names.outbox_table)))
+        for n in names:
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(n.outbox_schema, n.outbox_table)))
 
 
 def outbox_empty(conn: psycopg.Connection[Any], names: OutboxNames) -> bool:
@@ -253,16 +257,16 @@ def drain(dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, 
     return result
 
 
-def settle(dsn: str, names: OutboxNames) -> None:
+def settle(dsn: str, names: Sequence[OutboxNames]) -> None:
     """Write back what earlier runs left dirty before a latency run starts.
 
     A drain leaves about 1 GB dirty: Kafka's log in the page cache and Postgres's WAL and heap. Left alone, the
     kernel writes it back 30 s later (vm.dirty_expire_centisecs) in one burst, and Postgres starts a checkpoint
     for the WAL volume, both in the middle of the next run: that run would measure the drain's writeback
     rather than the publisher at its rate. A steady 3,000 events/s checkpoints and writes back continuously.
-    The drains' dead rows go first (`vacuum`).
+    The drains' dead rows go first, in every outbox of the bench (`vacuum`).
     """
-    vacuum(dsn, names)
+    vacuum(dsn, *names)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CHECKPOINT")
     os.sync()
@@ -452,9 +456,17 @@ def backend_pids(dsn: str, application_name: str) -> list[int]:
 
 
 def latency_run(
-    dsn: str, names: OutboxNames, bootstrap: str, topic: str, rate: int, seconds: float, publisher_pid: int
+    dsn: str,
+    names: OutboxNames,
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    seconds: float,
+    publisher_pid: int,
+    others: Sequence[OutboxNames] = (),
 ) -> dict[str, Any]:
-    settle(dsn, names)
+    """Events at `rate` per second for `seconds` into `names`'s outbox; `others` are the bench's other outboxes."""
+    settle(dsn, [names, *others])
     # What the publisher costs: its own process and, for our relay, its Postgres sessions (Debezium's
     # walsender is not counted: it is named by the slot, not by an application).
     backends = backend_pids(dsn, f"cdcpipe-relay:{publisher_pid}")
@@ -682,7 +694,9 @@ def main() -> None:
             result.update({name: medians(runs_of) for name, runs_of in rounds.items()})
             for rate in rates:
                 before = stage_totals(metrics_port)
-                run = latency_run(dsn, relay_names, stack.kafka_bootstrap, relay_topic, rate, args.seconds, relay.pid)
+                run = latency_run(
+                    dsn, relay_names, stack.kafka_bootstrap, relay_topic, rate, args.seconds, relay.pid, all_names
+                )
                 run["relay_batches"] = stage_means(before, stage_totals(metrics_port))
                 runs.append({"publisher": "relay", **run})
         finally:
@@ -697,7 +711,14 @@ def main() -> None:
                 )
                 for rate in rates:
                     run = latency_run(
-                        dsn, debezium_names, stack.kafka_bootstrap, debezium_topic, rate, args.seconds, worker
+                        dsn,
+                        debezium_names,
+                        stack.kafka_bootstrap,
+                        debezium_topic,
+                        rate,
+                        args.seconds,
+                        worker,
+                        all_names,
                     )
                     runs.append({"publisher": "debezium", **run})
     finally:
