@@ -463,10 +463,10 @@ def latency_run(
     rate: int,
     seconds: float,
     publisher_pid: int,
-    others: Sequence[OutboxNames] = (),
+    bench_outboxes: Sequence[OutboxNames] = (),
 ) -> dict[str, Any]:
-    """Events at `rate` per second for `seconds` into `names`'s outbox; `others` are the bench's other outboxes."""
-    settle(dsn, [names, *others])
+    """Events at `rate` per second for `seconds` into `names`'s outbox, after settling every outbox of the bench."""
+    settle(dsn, bench_outboxes or [names])
     # What the publisher costs: its own process and, for our relay, its Postgres sessions (Debezium's
     # walsender is not counted: it is named by the slot, not by an application).
     backends = backend_pids(dsn, f"cdcpipe-relay:{publisher_pid}")
@@ -629,6 +629,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--no-debezium", action="store_true", help="measure only our relay")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     rates = [int(r) for r in args.rates.split(",")]
 
     stack = StackSettings.load()
