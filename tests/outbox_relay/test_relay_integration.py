@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import RelayError
-from outbox_relay.relay import Relay, take_after_sql, take_sql
+from outbox_relay.relay import Relay, take, take_after_sql, take_sql
 from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
@@ -418,3 +418,17 @@ def test_a_relay_pointed_at_no_outbox_says_so_and_how_to_create_it(stack: Stack,
     relay = Relay(outbox.relay_settings(stack), names)
     with pytest.raises(RelayError, match=r"outbox table .*_missing\.outbox does not exist.*cdcpipe schema apply"):
         relay.run()
+
+
+def test_a_failed_take_rolls_back_and_raises_postgres_own_error(outbox: Outbox) -> None:
+    """A take that Postgres refuses leaves no transaction open on the connection, and says what Postgres said."""
+    outbox.insert([("order", "o-1", "X", {"n": 1})])
+    missing = OutboxNames.load(outbox_schema=f"{outbox.names.outbox_schema}_missing")
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedTable, match="does not exist"):
+            take(conn, missing, 10)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        rows = take(conn, outbox.names, 10)  # the connection is still usable
+        conn.execute("ROLLBACK")
+    assert len(rows) == 1
+    assert outbox.count() == 1  # rolled back: the row is still there
