@@ -50,6 +50,7 @@ from psycopg import sql
 from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
+from infra import gc_log
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
@@ -466,6 +467,7 @@ def latency_run(
     bench_outboxes: Sequence[OutboxNames] = (),
 ) -> dict[str, Any]:
     """Events at `rate` per second for `seconds` into `names`'s outbox, after settling every outbox of the bench."""
+    stack_logs = StackSettings.load().logs
     settle(dsn, bench_outboxes or [names])
     # What the publisher costs: its own process and, for our relay, its Postgres sessions (Debezium's
     # walsender is not counted: it is named by the slot, not by an application).
@@ -521,8 +523,33 @@ def latency_run(
         "latency_from_actual_commit_ms": percentiles_ms(after_commit),
         "legs": legs(arrivals, commits, start_ns, 1e9 / rate),
         "worst_seconds": worst_seconds(arrivals, start_ns),
+        "jvm_pauses": jvm_pauses(arrivals, {name: stack_logs / f"{name}-gc.log" for name in ("kafka", "connect")}),
         "_histogram": histogram,
     }
+
+
+def jvm_pauses(arrivals: list[tuple[int, int, int]], logs: dict[str, Path]) -> dict[str, dict[str, Any]]:
+    """Each JVM's stop-the-world pauses during a run, and how many of the slowest 1% of events waited through one.
+
+    A broker in a pause holds every acknowledgement and fetch for its length: the share says how much of
+    the tail a collector explains, rather than leaving it to guesswork. Read from the stack's GC logs.
+    """
+    if not arrivals:
+        return {}
+    ranked = sorted(arrivals, key=lambda a: a[2] - a[0])
+    slowest = ranked[-max(1, len(ranked) // 100) :]
+    since, until = min(a[0] for a in arrivals) / 1e9, max(a[2] for a in arrivals) / 1e9
+    found = {}
+    for jvm, log in logs.items():
+        during = gc_log.pauses(log, since, until)
+        waited = sum(1 for s, _, r in slowest if any(p.ended >= s / 1e9 and p.began <= r / 1e9 for p in during))
+        found[jvm] = {
+            "pauses": len(during),
+            "max_ms": round(max((p.ms for p in during), default=0.0), 1),
+            "total_ms": round(sum(p.ms for p in during), 1),
+            "slowest_1pct_share_in_a_pause": round(waited / len(slowest), 2),
+        }
+    return found
 
 
 def worst_seconds(arrivals: list[tuple[int, int, int]], start_ns: int, top: int = 5) -> list[dict[str, Any]]:

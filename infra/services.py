@@ -29,6 +29,7 @@ from psycopg import sql
 from cdcpipe.processes import TrackedProcess
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
+from infra.gc_log import gc_flags
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 OUTBOX_EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
@@ -134,7 +135,8 @@ class Service(ABC):
             raise NotInstalledError(f"{self.name}: no jars in {folder}; run `make install` first")
         return f"{folder}/*"
 
-    def _java(self, heap: str, classpath: str, main: str, *args: str) -> list[str]:
+    def _java(self, heap: str, classpath: str, main: str, *args: str, service: bool = True) -> list[str]:
+        """The command that runs `main`; a `service` (not a one-off tool) logs its GC pauses."""
         java = shutil.which(self.settings.java)
         if java is None:
             raise NotInstalledError(
@@ -147,6 +149,9 @@ class Service(ABC):
             f"-Xmx{heap}",
             "-XX:+UseG1GC",
             "-XX:MaxGCPauseMillis=20",
+            # Every pause, with its wall-clock time: a broker that stops holds every acknowledgement and
+            # fetch meanwhile, and the relay benchmark reads these logs to say how much of its tail that was.
+            *(gc_flags(self.settings.logs / f"{self.name}-gc.log") if service else []),
             "-Djava.awt.headless=true",
             "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
@@ -372,6 +377,7 @@ class Kafka(Service):
             "-c",
             str(self.config_file),
             "--ignore-formatted",
+            service=False,
         )
         proc = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
         if proc.returncode != 0:
