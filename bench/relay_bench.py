@@ -37,9 +37,9 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
@@ -62,6 +62,7 @@ RESULTS = Path(__file__).parent / "results"
 PAD = "x" * 1000  # with the scheduled time and JSON punctuation, a payload of about 1 KB
 PARTITIONS = 4
 BATCH = 2000
+T = TypeVar("T")
 
 
 def payload(scheduled_ns: int) -> str:
@@ -405,6 +406,11 @@ def _committed_at(
     return commits[min(bisect.bisect_right(ends, k), len(commits) - 1)][1]
 
 
+def slowest_1pct(items: list[T], key: Callable[[T], int]) -> list[T]:
+    """The slowest 1% of `items` by `key` (at least one), the slowest last: the tail every breakdown looks at."""
+    return sorted(items, key=key)[-max(1, len(items) // 100) :]
+
+
 def legs(
     received: list[tuple[int, int, int]], commits: list[tuple[int, int]], start_ns: int, interval: float
 ) -> dict[str, dict[str, float]]:
@@ -421,8 +427,7 @@ def legs(
     for scheduled, produced, arrived in received:
         committed = _committed_at(scheduled, commits, ends, start_ns, interval)
         rows.append((arrived - scheduled, committed - scheduled, produced - committed, arrived - produced))
-    rows.sort()
-    slowest = rows[-max(1, len(rows) // 100) :]
+    slowest = slowest_1pct(rows, key=lambda r: r[0])  # the total latency
     names = ("database", "publisher", "kafka")
     return {
         "median_ms": {n: round(statistics.median(r[i + 1] for r in rows) / 1e6, 2) for i, n in enumerate(names)},
@@ -536,8 +541,7 @@ def jvm_pauses(arrivals: list[tuple[int, int, int]], logs: dict[str, Path]) -> d
     """
     if not arrivals:
         return {}
-    ranked = sorted(arrivals, key=lambda a: a[2] - a[0])
-    slowest = ranked[-max(1, len(ranked) // 100) :]
+    slowest = slowest_1pct(arrivals, key=lambda a: a[2] - a[0])
     since, until = min(a[0] for a in arrivals) / 1e9, max(a[2] for a in arrivals) / 1e9
     found = {}
     for jvm, log in logs.items():
