@@ -6,8 +6,9 @@ Needs the stack running (`cdcpipe stack up`). Everything shares the machine's co
 relay (its own process, as users run it), the load generator (its own process) and the consumer (here).
 
 - Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox.
-- Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
-  size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
+- Ceilings, same run, same rows: Postgres alone removing them with the relay's own statements and batch
+  size, two batches at a time on two connections as the relay removes a backlog (and, for comparison, one
+  at a time on one connection: `remove_rows_per_s_one_connection`); confluent-kafka alone producing the same messages with the relay's own producer settings. For the
   drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
   The two ceilings and the drain run in turn, `--rounds` times; each figure is the median of its rounds,
   so one noisy moment on the shared machine (or a broker whose JIT is still cold) does not make the ratio.
@@ -40,6 +41,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,7 +58,7 @@ from infra import gc_log
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
-from outbox_relay.relay import producer_config, take
+from outbox_relay.relay import producer_config, take, take_two
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -149,28 +151,46 @@ def cpu_us_per_event(busy_before: float, count: int) -> float:
 
 
 def postgres_ceiling(dsn: str, names: OutboxNames, count: int) -> dict[str, float]:
-    """COPY `count` rows (through the outbox triggers), then remove them with the relay's statement."""
-    vacuum(dsn, names)
-    with psycopg.connect(dsn) as conn:
-        began = time.perf_counter()
-        copy_rows(conn, names, count)
-        conn.commit()
-        copy_s = time.perf_counter() - began
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET synchronous_commit = off")  # as the relay's own session does
-        began, busy = time.perf_counter(), machine_busy_s()
-        removed = 0
-        while rows := take(conn, names, BATCH):
-            conn.execute("COMMIT")
-            removed += len(rows)
-        conn.execute("COMMIT")
-        take_s = time.perf_counter() - began
-        cpu = cpu_us_per_event(busy, removed)
-    return {
-        "copy_rows_per_s": round(count / copy_s),
-        "remove_rows_per_s": round(removed / take_s),
-        "remove_cpu_us_per_row": cpu,
-    }
+    """COPY `count` rows (through the outbox triggers), then remove them as the relay does; twice.
+
+    First as the relay removes a backlog, two batches at a time on two connections (`take_two`): that is the
+    ceiling. Then, for comparison, one batch at a time on one connection (`take`), as it takes when caught up.
+    """
+    result: dict[str, float] = {}
+    for suffix in ("", "_one_connection"):
+        vacuum(dsn, names)
+        with psycopg.connect(dsn) as conn:
+            began = time.perf_counter()
+            copy_rows(conn, names, count)
+            conn.commit()
+            result.setdefault("copy_rows_per_s", round(count / (time.perf_counter() - began)))
+        with (
+            psycopg.connect(dsn, autocommit=True) as first,
+            psycopg.connect(dsn, autocommit=True) as second,
+            ThreadPoolExecutor(1) as helper,
+        ):
+            for conn in (first, second):
+                conn.execute("SET synchronous_commit = off")  # as the relay's own sessions do
+            began, busy = time.perf_counter(), machine_busy_s()
+            removed = 0
+            if suffix:
+                while rows := take(first, names, BATCH):
+                    first.execute("COMMIT")
+                    removed += len(rows)
+                first.execute("COMMIT")
+            else:
+                while True:
+                    older, newer = take_two(first, second, names, BATCH, [], helper)
+                    for conn, rows in ((first, older), (second, newer)):
+                        if rows:
+                            conn.execute("COMMIT")
+                            removed += len(rows)
+                    if not older:
+                        break
+            take_s = time.perf_counter() - began
+        result[f"remove_rows_per_s{suffix}"] = round(removed / take_s)
+        result[f"remove_cpu_us_per_row{suffix}"] = cpu_us_per_event(busy, removed)
+    return result
 
 
 def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, float]:
