@@ -191,12 +191,14 @@ def plan_sql(names: OutboxNames) -> sql.Composed:
     """The seqs of the oldest visible rows but those in %(in_flight)s, at most twice %(limit)s, as two array literals.
 
     The first holds the older %(limit)s seqs, the second the rest ('{}' if none). `NOT IN` a subquery and
-    `ARRAY(...)`, as in `take_after_sql`, so no statistics can turn it into a join.
+    `ARRAY(...)`, as in `take_after_sql`, so no statistics can turn it into a join. `OFFSET 0` keeps Postgres
+    from pulling the subquery up, which would scan the outbox once for each half.
     """
     outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
     return sql.SQL(
         "SELECT s[1:%(limit)s]::text, s[%(limit)s + 1:]::text FROM (SELECT ARRAY(SELECT seq FROM {outbox} "
-        "WHERE seq NOT IN (SELECT unnest(%(in_flight)s::bigint[])) ORDER BY seq LIMIT 2 * %(limit)s) AS s) AS plan"
+        "WHERE seq NOT IN (SELECT unnest(%(in_flight)s::bigint[])) ORDER BY seq LIMIT 2 * %(limit)s) AS s "
+        "OFFSET 0) AS plan"
     ).format(outbox=outbox)
 
 
