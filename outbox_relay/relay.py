@@ -298,6 +298,9 @@ def producer_config(settings: RelaySettings) -> dict[str, str | int | float | bo
         "client.id": f"cdcpipe-relay-{os.getpid()}",
         "enable.idempotence": True,
         "acks": "all",
+        # The Java client's partitioner (librdkafka's own default hashes keys differently): an aggregate lands in
+        # the partition Debezium's Connect worker puts it in, so switching publishers keeps its order.
+        "partitioner": "murmur2_random",
         "linger.ms": settings.linger_ms,
         "message.timeout.ms": int(settings.delivery_timeout_s * 1000),
         "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
 
 from connectors.client import ConnectClient
@@ -115,6 +116,11 @@ def applied(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Path]:
 
 
 def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: Outbox, applied: Path) -> None:
+    """Same topic, key, value and headers, and each key in the same partition (topics of 6 partitions here)."""
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    topics = [f"test.{outbox.tag}.{p}.{t}" for p in ("debezium", "relay") for t in ("account", "transfer")]
+    for created in admin.create_topics([NewTopic(t, 6, 1) for t in topics]).values():
+        created.result(30)
     # A second outbox with the same rows, for our relay; Debezium reads the first.
     twin = OutboxNames.load(outbox_schema=f"{outbox.names.outbox_schema}_twin")
     with psycopg.connect(stack.pg_dsn) as conn:
@@ -135,6 +141,8 @@ def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: 
             ),
             ("transfer", "tr-1", "TransferCompleted", {"transfer_id": "tr-1", "amount": 100, "note": "ünïcode ✓"}),
             ("account", "acc-2", "AccountClosed", None),
+            # Enough keys that another hash of the key could not put them all in the same partitions by chance.
+            *[("account", f"acc-{k}", "Pinged", {"n": k}) for k in range(3, 33)],
         ]
         ids = outbox.insert(events)
         with psycopg.connect(stack.pg_dsn) as conn, conn.cursor() as cur:
@@ -170,6 +178,7 @@ def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: 
         return [
             (
                 by_id[i].topic.replace(f".{publisher}.", "."),
+                by_id[i].partition,
                 by_id[i].key,
                 None if by_id[i].value is None else json.loads(by_id[i].value or b""),
                 {k: by_id[i].headers[k] for k in ("id", "eventType", "eventVersion")},
