@@ -8,8 +8,10 @@ relay (its own process, as users run it), the load generator (its own process) a
 - Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox.
 - Ceilings, same run, same rows: Postgres alone removing them with the relay's own statements and batch
   size, two batches at a time on two connections as the relay removes a backlog (and, for comparison, one
-  at a time on one connection: `remove_rows_per_s_one_connection`); confluent-kafka alone producing the same messages with the relay's own producer settings. For the
-  drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
+  at a time on one connection: `remove_rows_per_s_one_connection`); confluent-kafka alone producing the
+  same messages with the relay's own producer settings. For the drain and each ceiling, the whole
+  machine's CPU per event: what the relay costs beyond the two alone. `ratio_to_lower_ceiling` divides
+  the drain by the lower of the two ceilings (`..._one_connection`: with Postgres on one connection).
   The two ceilings and the drain run in turn, `--rounds` times; each figure is the median of its rounds,
   so one noisy moment on the shared machine (or a broker whose JIT is still cold) does not make the ratio.
 - Latency: the generator commits events on a fixed schedule (open loop: it never waits for the relay or the

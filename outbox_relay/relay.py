@@ -53,7 +53,7 @@ PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 # Record overhead beyond key, value and headers (batch and record headers), so the size check is safe.
 RECORD_OVERHEAD_BYTES = 256
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# Behind, a batch is being finished, the next produced and the two after it taken: two connections each.
+# Behind, a pair of batches is being finished, the next pair produced and the pair after it taken: 2 connections each.
 TAKE_CONNECTIONS = 6
 
 # Errors after which the same message will never be accepted: the row becomes a dead letter.
@@ -226,10 +226,10 @@ def take_two(
     `take` does; one that removed none, or failed, leaves none. If either fails, both roll back.
 
     Why two: Postgres spends most of a batch's time in its DELETE, half of it turning the jsonb payloads
-    into text, on one core. Two DELETEs use both of a small machine's cores (195k rows/s against 130k, with
-    Postgres alone). They cannot share the work by themselves: two takes of "the oldest rows" would wait on
-    each other's row locks. So the seqs are read first (an index-only scan, about a millisecond), then each
-    connection removes its half by seq. Both halves come from the plan's single snapshot: a late commit
+    into text, on one core. Two DELETEs use both of a small machine's cores: with Postgres alone, 155k-176k
+    rows/s against 115k-121k on one connection (`bench/relay_bench.py`). They cannot share the work by
+    themselves: two takes of "the oldest rows" would wait on each other's row locks. So the seqs are read
+    first (an index-only scan, a few milliseconds), then each connection removes its half by seq. Both halves come from the plan's single snapshot: a late commit
     that it missed (a lower seq) is taken by the next take, and cannot have a later event of its aggregate
     in either half, since the outbox trigger makes a writer of that aggregate wait for the late commit
     before drawing its seq.
@@ -445,7 +445,7 @@ class Relay:
                         if ahead is not None:
                             taken, ahead = ahead.result(), None
                         else:
-                            taken = self._take(_free(conns, in_flight, 1), in_flight)
+                            taken = self._take(_free(conns, in_flight, 1)[0], in_flight)
                         in_flight.extend(taken)
                         if taken and len(taken[-1].rows) == self.settings.batch_size:
                             # Before producing: Postgres removes the next pair while these are produced.
@@ -508,9 +508,8 @@ class Relay:
 
     # --- one batch ---------------------------------------------------------------------------------------
 
-    def _take(self, conns: Sequence[psycopg.Connection[Any]], in_flight: Sequence[_Batch]) -> list[_Batch]:
-        """Open a transaction on `conns[0]` and remove the next rows, but those in flight; [] if there are none."""
-        (conn,) = conns
+    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[_Batch]) -> list[_Batch]:
+        """Open a transaction on `conn` and remove the next rows, but those in flight; [] if there are none."""
         began = time.perf_counter()
         rows = take(conn, self.names, self.settings.batch_size, _seqs(in_flight))
         if not rows:
