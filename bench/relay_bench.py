@@ -6,12 +6,9 @@ Needs the stack running (`cdcpipe stack up`). Everything shares the machine's co
 relay (its own process, as users run it), the load generator (its own process) and the consumer (here).
 
 - Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox.
-- Ceilings, same run, same rows: Postgres alone removing them with the relay's own statements and batch
-  size, two batches at a time on two connections as the relay removes a backlog (and, for comparison, one
-  at a time on one connection: `remove_rows_per_s_one_connection`); confluent-kafka alone producing the
-  same messages with the relay's own producer settings. For the drain and each ceiling, the whole
-  machine's CPU per event: what the relay costs beyond the two alone. `ratio_to_lower_ceiling` divides
-  the drain by the lower of the two ceilings (`..._one_connection`: with Postgres on one connection).
+- Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
+  size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
+  drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
   The two ceilings and the drain run in turn, `--rounds` times; each figure is the median of its rounds,
   so one noisy moment on the shared machine (or a broker whose JIT is still cold) does not make the ratio.
 - Latency: the generator commits events on a fixed schedule (open loop: it never waits for the relay or the
@@ -43,7 +40,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,7 +56,7 @@ from infra import gc_log
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
-from outbox_relay.relay import producer_config, take, take_two
+from outbox_relay.relay import producer_config, take
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -153,46 +149,28 @@ def cpu_us_per_event(busy_before: float, count: int) -> float:
 
 
 def postgres_ceiling(dsn: str, names: OutboxNames, count: int) -> dict[str, float]:
-    """COPY `count` rows (through the outbox triggers), then remove them as the relay does; twice.
-
-    First as the relay removes a backlog, two batches at a time on two connections (`take_two`): that is the
-    ceiling. Then, for comparison, one batch at a time on one connection (`take`), as it takes when caught up.
-    """
-    result: dict[str, float] = {}
-    for suffix in ("", "_one_connection"):
-        vacuum(dsn, names)
-        with psycopg.connect(dsn) as conn:
-            began = time.perf_counter()
-            copy_rows(conn, names, count)
-            conn.commit()
-            result.setdefault("copy_rows_per_s", round(count / (time.perf_counter() - began)))
-        with (
-            psycopg.connect(dsn, autocommit=True) as first,
-            psycopg.connect(dsn, autocommit=True) as second,
-            ThreadPoolExecutor(1) as helper,
-        ):
-            for conn in (first, second):
-                conn.execute("SET synchronous_commit = off")  # as the relay's own sessions do
-            began, busy = time.perf_counter(), machine_busy_s()
-            removed = 0
-            if suffix:
-                while rows := take(first, names, BATCH):
-                    first.execute("COMMIT")
-                    removed += len(rows)
-                first.execute("COMMIT")
-            else:
-                while True:
-                    older, newer = take_two(first, second, names, BATCH, [], helper)
-                    for conn, rows in ((first, older), (second, newer)):
-                        if rows:
-                            conn.execute("COMMIT")
-                            removed += len(rows)
-                    if not older:
-                        break
-            take_s = time.perf_counter() - began
-        result[f"remove_rows_per_s{suffix}"] = round(removed / take_s)
-        result[f"remove_cpu_us_per_row{suffix}"] = cpu_us_per_event(busy, removed)
-    return result
+    """COPY `count` rows (through the outbox triggers), then remove them with the relay's statement."""
+    vacuum(dsn, names)
+    with psycopg.connect(dsn) as conn:
+        began = time.perf_counter()
+        copy_rows(conn, names, count)
+        conn.commit()
+        copy_s = time.perf_counter() - began
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")  # as the relay's own session does
+        began, busy = time.perf_counter(), machine_busy_s()
+        removed = 0
+        while rows := take(conn, names, BATCH):
+            conn.execute("COMMIT")
+            removed += len(rows)
+        conn.execute("COMMIT")
+        take_s = time.perf_counter() - began
+        cpu = cpu_us_per_event(busy, removed)
+    return {
+        "copy_rows_per_s": round(count / copy_s),
+        "remove_rows_per_s": round(removed / take_s),
+        "remove_cpu_us_per_row": cpu,
+    }
 
 
 def kafka_ceiling(settings: RelaySettings, topic: str, count: int) -> dict[str, float]:
@@ -838,18 +816,12 @@ def main() -> None:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n.outbox_schema)))
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{n.outbox_schema}")))
         admin.delete_topics([relay_topic, debezium_topic, ceiling_topic])
-    # The ratio against Postgres removing the relay's way (two connections), and against one connection.
-    for suffix in ("", "_one_connection"):
-        lower = min(
-            result["ceiling_postgres"][f"remove_rows_per_s{suffix}"], result["ceiling_kafka"]["produce_msgs_per_s"]
-        )
-        result["relay_drain"][f"ratio_to_lower_ceiling{suffix}"] = round(
-            result["relay_drain"]["events_per_s"] / lower, 2
-        )
-        result["relay_drain"][f"ratio_to_lower_ceiling{suffix}_per_round"] = [
-            round(d["events_per_s"] / min(p[f"remove_rows_per_s{suffix}"], k["produce_msgs_per_s"]), 2)
-            for d, p, k in zip(rounds["relay_drain"], rounds["ceiling_postgres"], rounds["ceiling_kafka"], strict=True)
-        ]
+    lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
+    result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
+    result["relay_drain"]["ratio_to_lower_ceiling_per_round"] = [
+        round(d["events_per_s"] / min(p["remove_rows_per_s"], k["produce_msgs_per_s"]), 2)
+        for d, p, k in zip(rounds["relay_drain"], rounds["ceiling_postgres"], rounds["ceiling_kafka"], strict=True)
+    ]
     if "debezium_drain" in result:
         result["drain_ratio_relay_to_debezium"] = round(
             result["relay_drain"]["events_per_s"] / result["debezium_drain"]["events_per_s"], 2

@@ -9,10 +9,10 @@ A crash before the COMMIT rolls the DELETE back: the rows are sent again (the ev
 the copy); nothing acknowledged-but-lost, nothing lost. If Kafka does not acknowledge, the transaction rolls
 back and the batch is retried with backoff.
 
-With a backlog, batches overlap (see `Relay._serve`): the next two are taken while the last ones are produced,
-each on a connection of its own, leaving out the rows of the batches still in flight, and produced after them.
-Kafka keeps the producer's order, and a batch commits only after the one before it, so per-aggregate order
-holds; if one fails, all roll back and are sent again.
+With a backlog, batches overlap (see `Relay._serve`): each is taken on a connection of its own, leaving out
+the rows of the batches still in flight, and produced after them. Kafka keeps the producer's order, and a
+batch commits only after the one before it, so per-aggregate order holds; if one fails, all roll back and
+are sent again.
 
 Only one relay publishes: the one holding a session advisory lock on the outbox. Others wait as standbys
 and take the lock over the moment Postgres ends the leader's session (its process died, or its connection).
@@ -30,8 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from contextlib import ExitStack
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -53,8 +52,6 @@ PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
 # Record overhead beyond key, value and headers (batch and record headers), so the size check is safe.
 RECORD_OVERHEAD_BYTES = 256
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# Behind, a pair of batches is being finished, the next pair produced and the pair after it taken: 2 connections each.
-TAKE_CONNECTIONS = 6
 
 # Errors after which the same message will never be accepted: the row becomes a dead letter.
 PERMANENT_ERRORS = {
@@ -181,92 +178,8 @@ def take(
     Not a prepared statement run by EXECUTE: Postgres then stores the DELETE's result twice before sending it,
     and serial takes ran 7-10% slower. Planning the literal statement costs about 0.1 ms.
     """
-    seqs = _array_literal(in_flight)
-    statement, params = (take_after_sql(names), (seqs, limit)) if seqs != "{}" else (take_sql(names), (limit,))
-    return _begin_and_remove(conn, statement, params)
-
-
-@functools.cache
-def plan_sql(names: OutboxNames) -> sql.Composed:
-    """The seqs of the oldest visible rows but those in %(in_flight)s, at most twice %(limit)s, as two array literals.
-
-    The first holds the older %(limit)s seqs, the second the rest ('{}' if none). `NOT IN` a subquery and
-    `ARRAY(...)`, as in `take_after_sql`, so no statistics can turn it into a join. `OFFSET 0` keeps Postgres
-    from pulling the subquery up, which would scan the outbox once for each half.
-    """
-    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
-    return sql.SQL(
-        "SELECT s[1:%(limit)s]::text, s[%(limit)s + 1:]::text FROM (SELECT ARRAY(SELECT seq FROM {outbox} "
-        "WHERE seq NOT IN (SELECT unnest(%(in_flight)s::bigint[])) ORDER BY seq LIMIT 2 * %(limit)s) AS s "
-        "OFFSET 0) AS plan"
-    ).format(outbox=outbox)
-
-
-@functools.cache
-def remove_sql(names: OutboxNames) -> sql.Composed:
-    """Remove the rows whose seqs are in the array literal %s and return them (in no order)."""
-    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
-    return sql.SQL("DELETE FROM {outbox} WHERE seq = ANY(%s::bigint[]) {returning}").format(
-        outbox=outbox, returning=_RETURNING
-    )
-
-
-def take_two(
-    first: psycopg.Connection[Any],
-    second: psycopg.Connection[Any],
-    names: OutboxNames,
-    limit: int,
-    in_flight: Iterable[int],
-    helper: Executor,
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Remove the next twice `limit` rows but the seqs in `in_flight`, in two halves on two connections at once.
-
-    Returns (older half, newer half): every seq of the first is below every seq of the second, so producing
-    the first, then the second, keeps seq order. A half that removed rows leaves its transaction open, as
-    `take` does; one that removed none, or failed, leaves none. If either fails, both roll back.
-
-    Why two: Postgres spends most of a batch's time in its DELETE, half of it turning the jsonb payloads
-    into text, on one core. Two DELETEs use both of a small machine's cores: with Postgres alone, 155k-176k
-    rows/s against 115k-121k on one connection (`bench/relay_bench.py`). They cannot share the work by
-    themselves: two takes of "the oldest rows" would wait on each other's row locks. So the seqs are read
-    first (an index-only scan, a few milliseconds), then each connection removes its half by seq. Both halves come from the plan's single snapshot: a late commit
-    that it missed (a lower seq) is taken by the next take, and cannot have a later event of its aggregate
-    in either half, since the outbox trigger makes a writer of that aggregate wait for the late commit
-    before drawing its seq.
-    """
-    params = {"in_flight": _array_literal(in_flight), "limit": limit}
-    plan = first.pgconn.exec_(psycopg.ClientCursor(first).mogrify(plan_sql(names), params).encode())
-    if plan.status != pq.ExecStatus.TUPLES_OK:
-        raise _take_failed(first, plan)
-    older, newer = (plan.get_value(0, column) or b"{}" for column in (0, 1))
-    if older == b"{}":
-        return [], []
-    later = helper.submit(_remove_half, second, names, newer.decode()) if newer != b"{}" else None
-    try:
-        older_rows = _remove_half(first, names, older.decode())
-    except BaseException:
-        if later is not None and later.exception() is None and later.result():
-            second.execute("ROLLBACK")
-        raise
-    try:
-        newer_rows = later.result() if later is not None else []
-    except BaseException:
-        if older_rows:
-            first.execute("ROLLBACK")
-        raise
-    return older_rows, newer_rows
-
-
-def _remove_half(conn: psycopg.Connection[Any], names: OutboxNames, seqs: str) -> list[tuple[Any, ...]]:
-    """BEGIN and remove the rows of `seqs` (an array literal); a transaction stays open only if rows were removed."""
-    rows = _begin_and_remove(conn, remove_sql(names), (seqs,))
-    if not rows:
-        conn.execute("ROLLBACK")
-    return rows
-
-
-def _begin_and_remove(conn: psycopg.Connection[Any], statement: sql.Composed, params: Any) -> list[tuple[Any, ...]]:
-    """BEGIN and run `statement` (a DELETE ... RETURNING) in one PQexec: see `take` for why."""
+    seqs = ",".join(map(str, in_flight))
+    statement, params = (take_after_sql(names), ("{" + seqs + "}", limit)) if seqs else (take_sql(names), (limit,))
     query = b"BEGIN; " + psycopg.ClientCursor(conn).mogrify(statement, params).encode()
     result = conn.pgconn.exec_(query)
     if result.status != pq.ExecStatus.TUPLES_OK:
@@ -274,11 +187,6 @@ def _begin_and_remove(conn: psycopg.Connection[Any], statement: sql.Composed, pa
     loader = Transformer.from_context(conn)
     loader.set_pgresult(result)
     return loader.load_rows(0, result.ntuples, tuple)
-
-
-def _array_literal(seqs: Iterable[int]) -> str:
-    """Postgres's text form of a bigint array: cheaper than psycopg's list dumper for thousands of seqs."""
-    return "{" + ",".join(map(str, seqs)) + "}"
 
 
 def _take_failed(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> psycopg.Error:
@@ -357,8 +265,8 @@ class Relay:
                     if not self._lead(conn):
                         break
                     backoff.reset()
-                    with ExitStack() as takers:
-                        self._serve(conn, [takers.enter_context(self._connect()) for _ in range(TAKE_CONNECTIONS)])
+                    with self._connect() as first, self._connect() as second, self._connect() as third:
+                        self._serve(conn, [first, second, third])
             except psycopg.OperationalError as exc:
                 self.metrics.errors.labels("postgres").inc()
                 delay = backoff.next()
@@ -421,10 +329,10 @@ class Relay:
         """Publish batches until stopped. `lead` holds the leader lock and LISTENs; batches are taken on `conns`.
 
         Caught up, one batch at a time: take, produce, wait for Kafka, commit, sleep until a NOTIFY. Behind
-        (a full batch), batches go two by two, and three pairs overlap: as soon as pair N+1 is taken, a thread
-        takes pair N+2 (`take_two`, on two more connections), while the main thread produces pair N+1 and
-        finishes pair N (Kafka's acknowledgement, the COMMITs). Postgres spends most of a batch's time in its
-        DELETE, during which the relay would otherwise only wait.
+        (a full batch), three overlap: as soon as batch N+1 is taken, a thread takes batch N+2 on the third
+        connection, while the main thread produces batch N+1 and finishes batch N (Kafka's acknowledgement,
+        the COMMIT). Postgres spends most of a batch's time in its DELETE, during which the relay would
+        otherwise only wait.
 
         No batch is taken on `lead`: a take goes through libpq directly (see `take`), and notifications that
         arrived meanwhile would wait in libpq's queue, unseen by psycopg's `notifies()` until the next one.
@@ -434,26 +342,23 @@ class Relay:
         backlog = _BacklogProbe(self, stop_when=self.stop)
         backlog.start()
         in_flight: deque[_Batch] = deque()  # produced, not yet committed; oldest first
-        ahead: Future[list[_Batch]] | None = None  # the next pair, being taken on the taker thread
+        ahead: Future[_Batch | None] | None = None  # the next take, running on the taker thread
         try:
-            with (
-                ThreadPoolExecutor(1, thread_name_prefix="cdcpipe-relay-take") as taker,
-                ThreadPoolExecutor(1, thread_name_prefix="cdcpipe-relay-take-newer") as helper,
-            ):
+            with ThreadPoolExecutor(1, thread_name_prefix="cdcpipe-relay-take") as taker:
                 while not self.stop.is_set():
                     try:
                         if ahead is not None:
-                            taken, ahead = ahead.result(), None
+                            batch, ahead = ahead.result(), None
                         else:
-                            taken = self._take(_free(conns, in_flight, 1)[0], in_flight)
-                        in_flight.extend(taken)
-                        if taken and len(taken[-1].rows) == self.settings.batch_size:
-                            # Before producing: Postgres removes the next pair while these are produced.
-                            ahead = taker.submit(self._take_two, _free(conns, in_flight, 2), list(in_flight), helper)
-                        for batch in taken:
+                            batch = self._take(_free(conns, in_flight), in_flight)
+                        if batch is not None:
+                            in_flight.append(batch)
+                            if len(batch.rows) == self.settings.batch_size:
+                                # Before producing: Postgres removes the next batch while this one is produced.
+                                ahead = taker.submit(self._take, _free(conns, in_flight), list(in_flight))
                             self._produce(batch)
-                        # The newest batches stay in flight only while the next ones are being taken.
-                        while len(in_flight) > (len(taken) if ahead is not None else 0):
+                        # The newest batch stays in flight only while the next one is being taken.
+                        while len(in_flight) > (1 if ahead is not None else 0):
                             self._finish(in_flight[0])
                             in_flight.popleft()
                         kafka_backoff.reset()
@@ -476,9 +381,10 @@ class Relay:
         finally:
             backlog.stop()
 
-    def _roll_back(self, ahead: Future[list[_Batch]] | None, in_flight: deque[_Batch]) -> None:
+    def _roll_back(self, ahead: Future[_Batch | None] | None, in_flight: deque[_Batch]) -> None:
         """Put every batch not committed back into the outbox (once the taker is done with its own)."""
-        for taken in ahead.result() if ahead is not None else []:
+        taken = ahead.result() if ahead is not None else None
+        if taken is not None:
             taken.roll_back()
         while in_flight:
             in_flight.popleft().roll_back()
@@ -508,31 +414,18 @@ class Relay:
 
     # --- one batch ---------------------------------------------------------------------------------------
 
-    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[_Batch]) -> list[_Batch]:
-        """Open a transaction on `conn` and remove the next rows, but those in flight; [] if there are none."""
+    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[_Batch]) -> _Batch | None:
+        """Open a transaction on `conn` and remove the next rows, but those in flight; None if there are none.
+
+        Runs on the taker thread too: it touches only `conn` and its arguments.
+        """
         began = time.perf_counter()
-        rows = take(conn, self.names, self.settings.batch_size, _seqs(in_flight))
+        seqs = [row.seq for batch in in_flight for row in batch.rows]
+        rows = sorted(map(Row._make, take(conn, self.names, self.settings.batch_size, seqs)))  # seq first, unique
         if not rows:
             conn.execute("COMMIT")
-            return []
-        return [_Batch(conn, sorted(map(Row._make, rows)), began, time.perf_counter())]  # seq first, unique
-
-    def _take_two(
-        self, conns: Sequence[psycopg.Connection[Any]], in_flight: Sequence[_Batch], helper: Executor
-    ) -> list[_Batch]:
-        """As `_take`, two batches at once (`take_two`), oldest first.
-
-        Runs on the taker thread: it touches only `conns` and its arguments.
-        """
-        first, second = conns
-        began = time.perf_counter()
-        halves = take_two(first, second, self.names, self.settings.batch_size, _seqs(in_flight), helper)
-        taken = time.perf_counter()
-        return [
-            _Batch(conn, sorted(map(Row._make, rows)), began, taken)
-            for conn, rows in zip((first, second), halves, strict=True)
-            if rows
-        ]
+            return None
+        return _Batch(conn, rows, began, time.perf_counter())
 
     def _produce(self, batch: _Batch) -> None:
         """Hand every row to the producer; rows that can never be published become the batch's dead letters."""
@@ -669,17 +562,9 @@ class Relay:
         return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
 
-def _free(
-    conns: list[psycopg.Connection[Any]], in_flight: Sequence[_Batch], count: int
-) -> list[psycopg.Connection[Any]]:
-    """The first `count` connections no batch in flight holds a transaction on."""
-    free = [c for c in conns if all(batch.conn is not c for batch in in_flight)][:count]
-    assert len(free) == count, "more batches in flight than TAKE_CONNECTIONS allows"  # noqa: S101 - a bug, not input
-    return free
-
-
-def _seqs(batches: Sequence[_Batch]) -> list[int]:
-    return [row.seq for batch in batches for row in batch.rows]
+def _free(conns: list[psycopg.Connection[Any]], in_flight: Sequence[_Batch]) -> psycopg.Connection[Any]:
+    """The first connection no batch in flight holds a transaction on."""
+    return next(c for c in conns if all(batch.conn is not c for batch in in_flight))
 
 
 def _record_bytes(row: Row) -> int:

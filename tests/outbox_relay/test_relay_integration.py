@@ -11,7 +11,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import RelayError
-from outbox_relay.relay import Relay, plan_sql, remove_sql, take, take_after_sql, take_sql, take_two
+from outbox_relay.relay import Relay, take, take_after_sql, take_sql
 from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
@@ -261,20 +260,13 @@ def test_the_takes_plan_no_join_even_when_statistics_say_the_outbox_is_empty(out
         conn.execute(sql.SQL("ANALYZE {}").format(table))  # the statistics of an emptied outbox
     outbox.insert([("order", "o-1", "X", {"n": i}) for i in range(2000)])
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-        for statement, params, scans in (
-            (take_sql(outbox.names), (500,), 2),
-            (take_after_sql(outbox.names), (list(range(1, 501)), 500), 2),
-            (plan_sql(outbox.names), {"in_flight": list(range(1, 501)), "limit": 500}, 1),
-            (remove_sql(outbox.names), (list(range(501, 1001)),), 1),
+        for statement, params in (
+            (take_sql(outbox.names), (500,)),
+            (take_after_sql(outbox.names), (list(range(1, 501)), 500)),
         ):
             plan = "\n".join(row[0] for row in conn.execute(sql.SQL("EXPLAIN ") + statement, params).fetchall())
             assert "Join" not in plan, plan
             assert "Nested Loop" not in plan, plan
-            # The statement reads the outbox no more often than it says (the plan's halves come from one read).
-            reads = [
-                line for line in plan.splitlines() if "Scan" in line and f" on {outbox.names.outbox_table}" in line
-            ]
-            assert len(reads) == scans, plan
 
 
 def test_sigkill_mid_stream_loses_nothing(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
@@ -440,71 +432,3 @@ def test_a_failed_take_rolls_back_and_raises_postgres_own_error(outbox: Outbox) 
         conn.execute("ROLLBACK")
     assert len(rows) == 1
     assert outbox.count() == 1  # rolled back: the row is still there
-
-
-def seqs_of(rows: list[tuple[object, ...]]) -> list[int]:
-    return sorted(int(row[0]) for row in rows)  # type: ignore[call-overload]
-
-
-def test_take_two_removes_the_next_rows_in_two_ordered_halves_leaving_in_flight_rows_out(outbox: Outbox) -> None:
-    """Behind, the relay takes two batches at once: the older half, then the newer, none of the rows in flight."""
-    outbox.insert([("order", f"o-{i % 3}", "X", {"n": i}) for i in range(25)])
-    with psycopg.connect(outbox.dsn) as conn:
-        table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
-        seqs = [row[0] for row in conn.execute(sql.SQL("SELECT seq FROM {} ORDER BY seq").format(table))]
-    in_flight = seqs[:3]
-    with (
-        psycopg.connect(outbox.dsn, autocommit=True) as first,
-        psycopg.connect(outbox.dsn, autocommit=True) as second,
-        ThreadPoolExecutor(1) as helper,
-    ):
-        older, newer = take_two(first, second, outbox.names, 10, in_flight, helper)
-        assert seqs_of(older) == seqs[3:13]
-        assert seqs_of(newer) == seqs[13:23]
-        assert outbox.count() == 25, "the removals are not committed yet"
-        first.execute("COMMIT")
-        second.execute("COMMIT")
-    assert outbox.count() == 5  # the 3 in flight and the 2 beyond both halves
-
-
-def test_take_two_with_fewer_rows_than_a_batch_leaves_the_second_connection_idle(outbox: Outbox) -> None:
-    outbox.insert([("order", "o-1", "X", {"n": i}) for i in range(4)])
-    with (
-        psycopg.connect(outbox.dsn, autocommit=True) as first,
-        psycopg.connect(outbox.dsn, autocommit=True) as second,
-        ThreadPoolExecutor(1) as helper,
-    ):
-        older, newer = take_two(first, second, outbox.names, 10, [], helper)
-        assert (len(older), newer) == (4, [])
-        assert second.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        first.execute("ROLLBACK")
-        assert take_two(first, second, outbox.names, 10, [row[0] for row in older], helper) == ([], [])
-        assert first.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-@pytest.mark.parametrize("failing", ["older", "newer"])
-def test_when_one_half_of_take_two_fails_both_roll_back_and_postgres_error_is_raised(
-    outbox: Outbox, failing: str
-) -> None:
-    """A half that fails (here: a row of it locked by another session) takes the other half back too."""
-    outbox.insert([("order", f"o-{i}", "X", {"n": i}) for i in range(8)])
-    table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
-    order = sql.SQL("ASC" if failing == "older" else "DESC")
-    with (
-        psycopg.connect(outbox.dsn) as locker,
-        psycopg.connect(outbox.dsn, autocommit=True) as first,
-        psycopg.connect(outbox.dsn, autocommit=True) as second,
-        ThreadPoolExecutor(1) as helper,
-    ):
-        locker.execute(sql.SQL("SELECT seq FROM {} ORDER BY seq {} LIMIT 1 FOR UPDATE").format(table, order))
-        (first if failing == "older" else second).execute("SET lock_timeout = '200ms'")
-        with pytest.raises(psycopg.errors.LockNotAvailable):
-            take_two(first, second, outbox.names, 4, [], helper)
-        for conn in (first, second):
-            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        locker.rollback()
-        older, newer = take_two(first, second, outbox.names, 4, [], helper)  # both still usable
-        first.execute("ROLLBACK")
-        second.execute("ROLLBACK")
-    assert (len(older), len(newer)) == (4, 4)
-    assert outbox.count() == 8
