@@ -47,9 +47,15 @@ class RelayMetrics:
             registry=r,
             buckets=(0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 5),
         )
-        self.backlog = Gauge("cdcpipe_relay_backlog_events", "rows waiting in the outbox", registry=r)
+        self.backlog = Gauge(
+            "cdcpipe_relay_backlog_events",
+            "rows waiting in the outbox: counted up to 100,000, Postgres's running count of live rows beyond",
+            registry=r,
+        )
         self.backlog_age = Gauge(
-            "cdcpipe_relay_backlog_oldest_age_seconds", "age of the oldest row waiting in the outbox", registry=r
+            "cdcpipe_relay_backlog_oldest_age_seconds",
+            "age of the oldest row waiting in the outbox (among the 100,000 next to go)",
+            registry=r,
         )
         self.dead_letters = Counter(
             "cdcpipe_relay_dead_letters", "rows moved to the dead-letter table", ["reason"], registry=r

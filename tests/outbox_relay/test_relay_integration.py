@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -20,9 +22,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from outbox_relay import relay as relay_module
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import RelayError
-from outbox_relay.relay import Relay, take, take_after_sql, take_sql
+from outbox_relay.relay import Relay, backlog_sql, take, take_after_sql, take_sql
 from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
@@ -406,6 +409,93 @@ def test_a_commit_wakes_the_relay_at_once_and_an_idle_relay_uses_no_cpu(
     assert len(records) == 1
     assert delivered_s < 10, f"took {delivered_s:.1f}s: the relay was not woken by NOTIFY"
     assert idle_cpu < 0.05, f"an idle relay used {idle_cpu:.3f}s of CPU in 5s"
+
+
+def test_a_relay_behind_keeps_reading_its_notifications_so_postgres_can_still_vacuum(
+    stack: Stack, outbox: Outbox
+) -> None:
+    """Behind, the relay still reads the NOTIFYs it is not waiting for, and so holds back no dead row.
+
+    Postgres sends a listener its notifications under a snapshot that it holds until all are sent. Left
+    unread (here 400,000 of them: a busy application's commits for some minutes), they fill the socket, and
+    the listening backend blocks in the send, with that snapshot held. Until the relay caught up, no VACUUM
+    could then remove a row deleted meanwhile, in any table of the database.
+    """
+    schema = outbox.names.outbox_schema
+    scratch = sql.Identifier(schema, "scratch")
+    total = 100_000
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (aggregatetype, aggregateid, type, payload) "
+                "SELECT 'order', 'o-' || g %% 50, 'X', jsonb_build_object('n', g) FROM generate_series(1, %s) g"
+            ).format(sql.Identifier(schema, outbox.names.outbox_table)),
+            (total,),
+        )
+        conn.execute(sql.SQL("CREATE TABLE {} (x integer)").format(scratch))
+        held_back: list[int] = []  # per VACUUM: dead rows it could not remove yet
+        conn.add_notice_handler(
+            lambda notice: held_back.extend(
+                int(n) for n in re.findall(r"(\d+) are dead but not yet removable", notice.message_primary or "")
+            )
+        )
+        # Batches of 10: the relay stays behind for the whole backlog.
+        with relay_thread(outbox.relay_settings(stack, batch_size=10), outbox):
+            wait_until(lambda: outbox.count() < total, 30, "the relay to start on the backlog")
+            conn.execute(
+                "SELECT pg_notify(%s, g::text) FROM generate_series(1, 400000) g", (outbox.names.notify_channel,)
+            )
+            time.sleep(1)  # the listening backend has its notifications to send
+            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, 1000)").format(scratch))
+            conn.execute(sql.SQL("DELETE FROM {}").format(scratch))
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and held_back[-1:] != [0]:
+                conn.execute(sql.SQL("VACUUM (VERBOSE) {}").format(scratch))
+                time.sleep(0.2)
+            left = outbox.count()
+    assert left > 0, "the relay caught up before the test could see it behind: make the backlog larger"
+    assert held_back[-1:] == [0], (
+        f"while the relay was behind, {len(held_back)} VACUUMs in 20s left the scratch table's dead rows "
+        f"(last: {held_back[-1:]}): something held the database's xmin horizon"
+    )
+
+
+def test_the_backlog_counts_the_head_of_the_outbox_and_takes_postgres_count_beyond(
+    stack: Stack, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exact up to BACKLOG_COUNTED rows, Postgres's running count of live rows beyond; never a full count.
+
+    The head is cut to 1,000 rows here. With the real 100,000, an outbox of 120,000 small rows is cheaper to
+    sort whole, and Postgres does so; it walks the index for large outboxes, which this test stands for.
+    """
+    monkeypatch.setattr(relay_module, "BACKLOG_COUNTED", 1000)
+    relay = Relay(outbox.relay_settings(stack), outbox.names)
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        assert relay.read_backlog(conn) == (0, 0.0)
+        outbox.insert([("order", "o-1", "X", {"n": i}) for i in range(3)])
+        time.sleep(0.5)
+        count, age = relay.read_backlog(conn)
+        assert count == 3
+        assert 0.5 <= age < 30
+        total = 50_000
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (aggregatetype, aggregateid, type) SELECT 'order', 'o-1', 'X' FROM generate_series(4, %s)"
+            ).format(sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)),
+            (total,),
+        )
+        # Postgres counts the committed rows once the inserting session reports them (within a second or so).
+        wait_until(lambda: relay.read_backlog(conn)[0] == total, 30, f"the backlog to read {total}")
+        row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + backlog_sql(outbox.names)).fetchone()
+    assert row is not None
+    scans = [node for node in plan_nodes(row[0][0]["Plan"]) if node.get("Relation Name") == outbox.names.outbox_table]
+    assert [node["Actual Rows"] for node in scans] == [1000], "the backlog read more than the head of the outbox"
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from plan_nodes(child)
 
 
 def cpu_seconds(pid: int) -> float:
