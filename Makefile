@@ -63,6 +63,7 @@ bench: install
 	$(PY) bench/stack_startup.py
 	$(CDCPIPE) stack up
 	$(PY) bench/relay_bench.py
+	$(PY) bench/catch_up_bench.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/replay_bench.py
 

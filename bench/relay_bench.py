@@ -231,8 +231,14 @@ def wait_leader(dsn: str, names: OutboxNames, pid: int) -> None:
     raise SystemExit("the relay did not become leader within 30s")
 
 
-def drain(dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, pid: int | None) -> dict[str, Any]:
-    """Commit `count` rows at once; time until a consumer has received every one of them from Kafka."""
+def drain(
+    dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, pid: int | None, notifications: int = 0
+) -> dict[str, Any]:
+    """Commit `count` rows at once; time until a consumer has received every one of them from Kafka.
+
+    Then, if asked, `notifications` more on the outbox's channel at once, as that many commits of an
+    application would send while the publisher is busy with the backlog.
+    """
     vacuum(dsn, names)
     consumer = at_end(bootstrap, topic)
     sampler = RssSampler(pid) if pid else None
@@ -242,6 +248,12 @@ def drain(dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, 
         copy_rows(conn, names, count)
         conn.commit()  # the NOTIFY at this commit wakes the relay; Debezium sees the commit in the WAL
         began, busy = time.perf_counter(), machine_busy_s()
+        if notifications:
+            conn.execute(
+                "SELECT pg_catalog.pg_notify(%s, g::text) FROM generate_series(1, %s) AS g",
+                (names.notify_channel, notifications),
+            )
+            conn.commit()
     received = 0
     deadline = time.monotonic() + 600
     while received < count and time.monotonic() < deadline:
