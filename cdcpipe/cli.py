@@ -26,13 +26,15 @@ from connectors.errors import ConnectError
 from infra import checks, stack
 from infra.config import StackSettings
 from infra.errors import StackError
+from outbox_relay import redrive
 from outbox_relay.config import RelaySettings
 from outbox_relay.metrics import RelayMetrics
 from outbox_relay.relay import Relay
-from schemas import outbox
+from schemas import outbox, topics
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import default_registry
 from schemas.errors import SchemaError
+from schemas.topics import TopicSettings
 from streaming_jobs.config import SparkSettings
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -165,6 +167,28 @@ def schema_contracts() -> None:
         typer.echo(f"{contract.event_type:<24} v{contract.version:<3} {contract.aggregate_type:<16} {contract.path}")
 
 
+topics_app = typer.Typer(
+    help="Kafka topics from versioned files (schemas/topics/*.toml): the cluster creates none on its own.",
+    epilog=settings_help(TopicSettings),
+    no_args_is_help=True,
+)
+app.add_typer(topics_app, name="topics")
+
+
+@topics_app.command("apply")
+def topics_apply(
+    dry_run: bool = typer.Option(False, "--dry-run", help="say what would change, change nothing"),
+) -> None:
+    """Create the declared topics that are missing; set their declared config keys (partitions never change)."""
+    settings = TopicSettings.load()
+    specs = topics.load(settings.topics_dir)
+    for applied in topics.apply({"bootstrap.servers": settings.kafka_bootstrap}, specs, dry_run=dry_run):
+        action = (
+            f"would be {applied.action}" if dry_run and applied.action in ("created", "configured") else applied.action
+        )
+        typer.echo(f"{applied.name}: {action}" + (f" ({applied.detail})" if applied.detail else ""))
+
+
 relay_app = typer.Typer(
     help="Our outbox relay: outbox rows -> Kafka, in Debezium's EventRouter wire format.",
     epilog=settings_help(OutboxNames) + settings_help(RelaySettings),
@@ -186,6 +210,53 @@ def relay_run(
     metrics = RelayMetrics()
     metrics.serve(settings.metrics_port)
     Relay(settings, names, stop=stop, metrics=metrics).run()
+
+
+@relay_app.command("status")
+def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The leading relay, what publishing is stalled on (if anything), the backlog and the dead letters."""
+    settings, names = RelaySettings.load(), OutboxNames.load()
+    with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+        report = redrive.status(conn, names)
+    if as_json:
+        typer.echo(json.dumps(asdict(report), indent=2, default=str))
+        return
+    typer.echo(f"leader: {report.leader or 'none (no relay is publishing)'}")
+    if report.stalled_topic:
+        typer.echo(f"STALLED since {report.stalled_since} on topic {report.stalled_topic}: {report.stalled_reason}")
+    typer.echo(f"waiting: {report.waiting} events, the oldest {report.oldest_age_s:.1f}s old")
+    typer.echo(
+        f"dead letters: {report.dead_letters} ({report.dead_letters_overtaken} overtaken by a later event of "
+        "their aggregate); `cdcpipe relay redrive` puts them back"
+    )
+    if report.stalled_topic:
+        raise typer.Exit(1)
+
+
+@relay_app.command("redrive")
+def relay_redrive(
+    reason: str | None = typer.Option(None, help="only dead letters whose reason contains this text"),
+    aggregate_type: str | None = typer.Option(None, help="only dead letters of this aggregate type"),
+    allow_reorder: bool = typer.Option(
+        False,
+        "--allow-reorder",
+        help="also move dead letters a later event of their aggregate was published after (consumers see them late)",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would move, move nothing"),
+) -> None:
+    """Put dead letters back into the outbox under their own seq, to be published once their cause is fixed."""
+    names, settings = OutboxNames.load(), SchemaSettings.load()
+    with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+        result = redrive.redrive(
+            conn, names, reason=reason, aggregate_type=aggregate_type, allow_reorder=allow_reorder, dry_run=dry_run
+        )
+    verb = "would move" if dry_run else "moved"
+    typer.echo(f"{verb} {len(result.moved)} dead letters back into {names.outbox_schema}.{names.outbox_table}")
+    for ref in result.left_overtaken:
+        typer.echo(
+            f"left: seq {ref.seq} (event {ref.id}, {ref.aggregatetype} {ref.aggregateid}): a later event of its "
+            "aggregate was published after it; --allow-reorder moves it anyway"
+        )
 
 
 connectors_app = typer.Typer(
@@ -427,6 +498,8 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
         typer.echo(
             f"  {part.topic}[{part.partition}]: at {part.checkpoint_offset}, latest {part.latest_offset}, lag {part.lag}"
         )
+    for topic in report.missing_topics:
+        typer.echo(f"  {topic}: does not exist; the job is refused until `cdcpipe topics apply` creates it")
     for line in report.log_tail:
         typer.echo(f"    | {line}")
 

@@ -27,9 +27,10 @@ from psycopg import sql
 from cdcpipe.errors import CdcpipeError
 from infra.config import StackSettings
 from infra.stack import env_values
-from schemas import outbox
+from schemas import outbox, topics
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
+from schemas.topics import TopicSettings
 
 JOB = "account_balances"
 ACCOUNTS = 40
@@ -119,6 +120,11 @@ def run(say: Callable[[str], None] = print) -> None:
             f"cannot reach the stack's Postgres ({exc}); start the stack first: `cdcpipe stack up` (make demo does)"
         ) from exc
     say(f"1. outbox {names.outbox_schema}.{names.outbox_table} ready (cdcpipe schema apply)")
+    topic_settings = TopicSettings.load()
+    applied = topics.apply(
+        {"bootstrap.servers": topic_settings.kafka_bootstrap}, topics.load(topic_settings.topics_dir)
+    )
+    say(f"   topics {', '.join(a.name for a in applied)} ready (cdcpipe topics apply)")
 
     lake = stack.lake / "demo"
     shutil.rmtree(lake, ignore_errors=True)  # a fresh read model and checkpoint on every run

@@ -5,14 +5,20 @@ from __future__ import annotations
 import json
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from infra.config import StackSettings
 from infra.errors import StackError
 
 
 def produce_sample(settings: StackSettings, topic: str, count: int) -> None:
-    """Produce `count` small JSON records to `topic` (auto-created) and wait until all are acknowledged."""
+    """Create `topic` (one partition), produce `count` small JSON records to it and wait for every ack."""
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, 1, -1)], request_timeout=30)[topic].result()
+    except KafkaException as exc:
+        raise StackError(f"kafka: creating topic {topic} failed ({exc.args[0]}); check `cdcpipe stack status`") from exc
     # log_level 3: librdkafka's transient retry warnings (a coordinator still loading) are not news to a user.
     producer = Producer(
         {

@@ -358,7 +358,9 @@ class Kafka(Service):
                     "share.coordinator.state.topic.replication.factor": 1,
                     "share.coordinator.state.topic.min.isr": 1,
                     "group.initial.rebalance.delay.ms": 0,
-                    "auto.create.topics.enable": "true",
+                    # As on a production cluster: topics are created explicitly (`cdcpipe topics apply`, or
+                    # Connect for what a connector's topic.creation.* declares), never by a first produce.
+                    "auto.create.topics.enable": "false",
                     "log.retention.hours": 168,
                 }
             )

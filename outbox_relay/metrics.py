@@ -62,6 +62,12 @@ class RelayMetrics:
         )
         self.errors = Counter("cdcpipe_relay_errors", "failures the relay retried", ["kind"], registry=r)
         self.leader = Gauge("cdcpipe_relay_leader", "1 while this relay is the one publishing", registry=r)
+        self.stalled = Gauge(
+            "cdcpipe_relay_stalled",
+            "1 while publishing waits on this topic (missing, or an ACL lacking): nothing leaves the outbox",
+            ["topic"],
+            registry=r,
+        )
 
     def serve(self, port: int) -> None:
         """Expose /metrics on 127.0.0.1:port (nothing when port is 0)."""

@@ -41,7 +41,7 @@ from psycopg import pq, sql
 from psycopg.adapt import Transformer
 
 from outbox_relay.config import RelaySettings
-from outbox_relay.errors import KafkaUnavailableError, RelayError
+from outbox_relay.errors import KafkaUnavailableError, PublishStalledError, RelayError
 from outbox_relay.metrics import RelayMetrics
 from schemas.config import OutboxNames
 
@@ -60,16 +60,23 @@ LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 # would run most of the time, and cost the most exactly while the relay catches up. The head takes ~20 ms.
 BACKLOG_COUNTED = 100_000
 
-# Errors after which the same message will never be accepted: the row becomes a dead letter.
+# Errors after which the same record will never be accepted: the row becomes a dead letter. Nothing an
+# operator can fix on the cluster is here: a record refused for one of these is refused for what it is.
 PERMANENT_ERRORS = {
     KafkaError.MSG_SIZE_TOO_LARGE,
     KafkaError.INVALID_MSG_SIZE,
     KafkaError.RECORD_LIST_TOO_LARGE,
     KafkaError.INVALID_RECORD,
-    KafkaError.TOPIC_EXCEPTION,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.TOPIC_EXCEPTION,  # an illegal topic name
     KafkaError._INVALID_ARG,
+}
+# Errors an operator fixes on the cluster (create the topic, grant the ACL): the batch goes back into the
+# outbox and publishing stalls, loudly, until they are fixed. Never a dead letter.
+STALLING_ERRORS = {
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
 }
 
 
@@ -259,11 +266,19 @@ class Relay:
         self._producer = self._new_producer()
         self._admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "logger": log})  # type: ignore[dict-item]
         self._topic_limits: dict[str, tuple[str, int] | Refusal] = {}
+        # Aggregates with a dead letter no later event of theirs has been published after yet.
+        self._dead_aggregates: set[tuple[str, str]] = set()
+        self._stalled: set[str] = set()
         dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
         self._bury = sql.SQL(
             "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
             "VALUES (%s, %s::uuid, %s, %s, %s, %s::integer, %s::jsonb, to_timestamp(%s), %s)"
         ).format(dead=dead)
+        self._overtake = sql.SQL(
+            "UPDATE {dead} d SET overtaken = true FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS p(kind, id, seq) "
+            "WHERE NOT d.overtaken AND d.aggregatetype = p.kind AND d.aggregateid = p.id AND d.seq < p.seq"
+        ).format(dead=dead)
+        self._status = sql.Identifier(names.outbox_schema, names.relay_status_table)
         self._backlog = backlog_sql(names)
         self._lock_key = f"{names.outbox_schema}.{names.outbox_table}"
 
@@ -284,6 +299,8 @@ class Relay:
                     if not self._lead(conn):
                         break
                     backoff.reset()
+                    self._dead_aggregates = self._read_dead_aggregates(conn)
+                    self._clear_status(conn)  # a stall is said again at once if it still holds
                     with self._connect() as first, self._connect() as second, self._connect() as third:
                         self._serve(conn, [first, second, third])
             except psycopg.OperationalError as exc:
@@ -326,6 +343,14 @@ class Relay:
                 "the relay's role may not use its schema): create it with `cdcpipe schema apply`, or point "
                 "CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
             )
+
+    def _read_dead_aggregates(self, conn: psycopg.Connection[Any]) -> set[tuple[str, str]]:
+        rows = conn.execute(
+            sql.SQL("SELECT DISTINCT aggregatetype, aggregateid FROM {} WHERE NOT overtaken").format(
+                sql.Identifier(self.names.outbox_schema, self.names.dead_letter_table)
+            )
+        ).fetchall()
+        return {(str(kind), str(aggregate)) for kind, aggregate in rows}
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
         """Wait until this relay holds the outbox's leader lock; False if stopped first."""
@@ -385,12 +410,18 @@ class Relay:
                             self._finish(in_flight[0], wakeups)
                             in_flight.popleft()
                         kafka_backoff.reset()
+                        if self._stalled:
+                            self._resume()
                     except KafkaUnavailableError as exc:
                         self._roll_back(ahead, in_flight)
                         ahead = None
-                        self.metrics.errors.labels("kafka").inc()
                         delay = kafka_backoff.next()
-                        log.warning("%s; the batch stays in the outbox, retrying in %.1fs", exc, delay)
+                        if isinstance(exc, PublishStalledError):
+                            self._stall(conns[0], exc)
+                            log.error("%s. Nothing leaves the outbox meanwhile; retrying in %.1fs", exc, delay)
+                        else:
+                            self.metrics.errors.labels("kafka").inc()
+                            log.warning("%s; the batch stays in the outbox, retrying in %.1fs", exc, delay)
                         wakeups.pause(delay)
                         continue
                     if ahead is None:
@@ -403,6 +434,41 @@ class Relay:
                     in_flight.popleft()
         finally:
             backlog.stop()
+
+    def _stall(self, conn: psycopg.Connection[Any], exc: PublishStalledError) -> None:
+        """Say where everybody looks: the metric, and the status row `cdcpipe relay status` reads."""
+        self.metrics.errors.labels("stalled").inc()
+        self.metrics.stalled.labels(exc.topic).set(1)
+        self._stalled.add(exc.topic)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} AS s (id, stalled_topic, stalled_reason, stalled_since, updated_at) "
+                "VALUES (1, %(topic)s, %(reason)s, now(), now()) ON CONFLICT (id) DO UPDATE SET "
+                "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
+                "stalled_since = CASE WHEN s.stalled_topic = EXCLUDED.stalled_topic THEN s.stalled_since ELSE now() END, "
+                "updated_at = now()"
+            ).format(self._status),
+            {"topic": exc.topic, "reason": exc.cause},
+        )
+
+    def _resume(self) -> None:
+        """A batch went through after a stall: clear the metric and the status row.
+
+        On a connection of its own: the batch connections may hold batches in flight, or the taker's.
+        """
+        for topic in self._stalled:
+            self.metrics.stalled.remove(topic)
+            log.info("publishing to %s resumed", topic)
+        self._stalled.clear()
+        with self._connect() as conn:
+            self._clear_status(conn)
+
+    def _clear_status(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET stalled_topic = NULL, stalled_reason = NULL, stalled_since = NULL, updated_at = now()"
+            ).format(self._status)
+        )
 
     def _roll_back(self, ahead: Future[_Batch | None] | None, in_flight: deque[_Batch]) -> None:
         """Put every batch not committed back into the outbox (once the taker is done with its own)."""
@@ -428,15 +494,29 @@ class Relay:
         return _Batch(conn, rows, began, time.perf_counter())
 
     def _produce(self, batch: _Batch) -> None:
-        """Hand every row to the producer; rows that can never be published become the batch's dead letters."""
+        """Hand every row to the producer; rows that can never be published become the batch's dead letters.
+
+        Every topic the batch needs is checked before the first record is produced: a topic that cannot take
+        records yet (missing, or an ACL lacking) stalls the whole batch, and none of it is sent twice.
+        """
+        targets = {
+            kind: self._topic_limits.get(kind) or self._resolve_topic(kind)
+            for kind in {row.aggregatetype for row in batch.rows}
+        }
         producer = self._producer
+        rechecked: set[str] = set()
         for row in batch.rows:
-            target = self._topic_limits.get(row.aggregatetype) or self._resolve_topic(row.aggregatetype)
+            target = targets[row.aggregatetype]
             if isinstance(target, Refusal):
                 batch.dead.append(DeadLetter(row, target.reason, target.kind))
                 continue
             topic, limit = target
             size = _record_bytes(row)
+            if size > limit and row.aggregatetype not in rechecked:
+                # The limit may have been raised since it was read (to let a redriven record through).
+                rechecked.add(row.aggregatetype)
+                limit = self._max_record_bytes(topic)
+                targets[row.aggregatetype] = self._topic_limits[row.aggregatetype] = (topic, limit)
             if size > limit:
                 batch.dead.append(
                     DeadLetter(
@@ -462,7 +542,19 @@ class Relay:
                 except BufferError:
                     producer.poll(0.05)  # the local queue is full: let deliveries drain it
                 except KafkaException as exc:
-                    batch.dead.append(DeadLetter(row, f"Kafka refused the record: {exc.args[0]}", "refused"))
+                    error: KafkaError = exc.args[0]
+                    if error.fatal():
+                        # An idempotent producer in a fatal state refuses everything from now on.
+                        self._producer = self._new_producer()
+                        raise KafkaUnavailableError(
+                            f"the producer hit a fatal error ({error.name()}: {error.str()}) and was replaced"
+                        ) from exc
+                    if error.code() in STALLING_ERRORS:
+                        self._forget_topic(topic)
+                        raise PublishStalledError(topic, _stall_cause(topic, error)) from exc
+                    if error.code() not in PERMANENT_ERRORS:
+                        raise KafkaUnavailableError(f"Kafka refused a record for now: {error.name()}") from exc
+                    batch.dead.append(DeadLetter(row, f"Kafka refused the record: {error}", "refused"))
                     break
 
     def _finish(self, batch: _Batch, wakeups: _Wakeups) -> None:
@@ -482,6 +574,11 @@ class Relay:
         if batch.outstanding > 0:
             raise KafkaUnavailableError(f"Kafka did not acknowledge {batch.outstanding} of {len(rows)} records in time")
         acked_at = time.time()
+        stalled = [(m, e) for m, e in batch.failures if e.code() in STALLING_ERRORS]
+        if stalled:
+            message, error = stalled[0]
+            self._forget_topic(str(message.topic()))
+            raise PublishStalledError(str(message.topic()), _stall_cause(str(message.topic()), error))
         retry = [(m, e) for m, e in batch.failures if e.code() not in PERMANENT_ERRORS]
         if retry:
             message, error = retry[0]
@@ -502,6 +599,9 @@ class Relay:
         if dead:
             with batch.conn.cursor() as cur:
                 cur.executemany(self._bury, [_dead_params(d) for d in dead])
+            self._dead_aggregates.update((d.row.aggregatetype, d.row.aggregateid) for d in dead)
+        if self._dead_aggregates:
+            self._mark_overtaken(batch, dead)
         batch.open = False
         batch.conn.execute("COMMIT")
         committed = time.perf_counter()
@@ -519,6 +619,30 @@ class Relay:
         for d in dead:
             self.metrics.dead_letters.labels(d.kind).inc()
             log.error("dead letter: outbox seq %d (event %s): %s", d.row.seq, d.row.id, d.reason)
+
+    def _mark_overtaken(self, batch: _Batch, dead: list[DeadLetter]) -> None:
+        """Mark the dead letters of aggregates this batch publishes a later event of (see `relay redrive`).
+
+        Runs in the batch's transaction, so a dead letter is marked exactly when the later event is published.
+        """
+        dead_seqs = {d.row.seq for d in dead}
+        later: dict[tuple[str, str], int] = {}
+        for row in batch.rows:
+            key = (row.aggregatetype, row.aggregateid)
+            if key in self._dead_aggregates and row.seq not in dead_seqs:
+                later[key] = row.seq  # rows are in seq order: the last one is the latest
+        if not later:
+            return
+        kinds, ids, seqs = zip(*((k, i, s) for (k, i), s in later.items()), strict=True)
+        batch.conn.execute(self._overtake, (list(kinds), list(ids), list(seqs)))
+        # Their dead letters up to now are marked; a later one is added back when it is buried.
+        self._dead_aggregates.difference_update(later)
+
+    def _forget_topic(self, topic: str) -> None:
+        """Resolve the aggregate types of `topic` again at their next batch (it may have been deleted)."""
+        for kind, target in list(self._topic_limits.items()):
+            if isinstance(target, tuple) and target[0] == topic:
+                del self._topic_limits[kind]
 
     def _resolve_topic(self, aggregate_type: str) -> tuple[str, int] | Refusal:
         """The topic of an aggregate type and the largest record it takes; or why it can have none."""
@@ -538,9 +662,21 @@ class Relay:
                 "bad_topic",
             )
         else:
+            self._check_topic(topic)  # raises while it cannot take records: nothing is cached then
             result = (topic, self._max_record_bytes(topic))
         self._topic_limits[aggregate_type] = result
         return result
+
+    def _check_topic(self, topic: str) -> None:
+        """Raise `PublishStalledError` unless the topic exists and this relay may see it."""
+        try:
+            metadata = self._admin.list_topics(topic=topic, timeout=10)
+        except KafkaException as exc:
+            raise KafkaUnavailableError(f"cannot read topic {topic}'s metadata: {exc.args[0]}") from exc
+        found = metadata.topics.get(topic)
+        error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if error is not None:
+            raise PublishStalledError(topic, _stall_cause(topic, error))
 
     def _max_record_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes (the broker's default for a topic not created yet)."""
@@ -550,7 +686,7 @@ class Relay:
             try:
                 configs = self._admin.describe_configs([resource], request_timeout=10)[resource].result()
             except KafkaException:
-                continue  # no such topic yet (Kafka creates it on first produce): try the broker's default
+                continue  # no right to describe it: try the broker's default
             if key in configs:
                 return min(limit, int(configs[key].value))
         return limit
@@ -560,11 +696,28 @@ class Relay:
 
     def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
         """Rows waiting and the age of the oldest, in seconds: see `BACKLOG_COUNTED`."""
-        row = conn.execute(self._backlog).fetchone()
-        if row is None:
-            return 0, 0.0
-        counted, age, live = int(row[0]), float(row[1]), int(row[2] or 0)
-        return (counted if counted < BACKLOG_COUNTED else max(counted, live)), age
+        return read_backlog_row(conn.execute(self._backlog).fetchone())
+
+
+def read_backlog_row(row: tuple[Any, ...] | None) -> tuple[int, float]:
+    """`backlog_sql`'s row as (rows waiting, age of the oldest in seconds): see `BACKLOG_COUNTED`."""
+    if row is None:
+        return 0, 0.0
+    counted, age, live = int(row[0]), float(row[1]), int(row[2] or 0)
+    return (counted if counted < BACKLOG_COUNTED else max(counted, live)), age
+
+
+def _stall_cause(topic: str, error: KafkaError) -> str:
+    """What is wrong with a topic that stalls publishing, and the fix."""
+    code = error.code()
+    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
+        return (
+            f"the topic does not exist ({error.name()}) and this relay does not create topics: declare it in a "
+            f"topic file and run `cdcpipe topics apply`, or create it on the cluster"
+        )
+    if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+        return f"the relay's principal is not authorized ({error.name()}): grant it WRITE and DESCRIBE on topic {topic}"
+    return f"{error.name()}: {error.str()}"
 
 
 def _free(conns: list[psycopg.Connection[Any]], in_flight: Sequence[_Batch]) -> psycopg.Connection[Any]:

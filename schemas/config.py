@@ -46,6 +46,11 @@ class OutboxNames(StageSettings):
         return check_identifier(f"{self.outbox_table}_dead_letter")
 
     @property
+    def relay_status_table(self) -> str:
+        """One row: what the leading relay is stalled on, if anything (`cdcpipe relay status` reads it)."""
+        return check_identifier(f"{self.outbox_table}_relay_status")
+
+    @property
     def sequence(self) -> str:
         return check_identifier(f"{self.outbox_table}_seq")
 

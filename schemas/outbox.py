@@ -23,8 +23,13 @@ from pydantic import SecretStr
 from schemas.config import OutboxNames, SchemaSettings
 
 # The functions' bodies hold no configured name: the sequence arrives as a trigger argument (a literal).
+# A seq given by a role that may also remove outbox rows (`cdcpipe relay redrive`, putting a dead letter
+# back under its own seq) is kept; any other writer's is replaced, so an application cannot reorder events.
 _ASSIGN_SEQ = """
 BEGIN
+    IF NEW.seq IS NOT NULL AND pg_catalog.has_table_privilege(session_user, TG_RELID, 'DELETE') THEN
+        RETURN NEW;
+    END IF;
     PERFORM pg_catalog.pg_advisory_xact_lock(
         pg_catalog.hashtext(TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME),
         pg_catalog.hashtext(NEW.aggregatetype || E'\\x1f' || NEW.aggregateid));
@@ -51,6 +56,7 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
     schema = sql.Identifier(names.outbox_schema)
     outbox = qualified(names, names.outbox_table)
     dead = qualified(names, names.dead_letter_table)
+    status = qualified(names, names.relay_status_table)
     seq = qualified(names, names.sequence)
     heartbeat = qualified(names, settings.heartbeat_table)
     assign_fn = qualified(names, f"{names.outbox_table}_assign_seq")
@@ -92,9 +98,21 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
                 payload jsonb,
                 created_at timestamptz NOT NULL,
                 reason text NOT NULL,
-                failed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+                failed_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+                overtaken boolean NOT NULL DEFAULT false
             )"""
         ).format(dead=dead),
+        # Outboxes made before the column: true once a later event of the aggregate was published.
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS overtaken boolean NOT NULL DEFAULT false").format(dead),
+        sql.SQL(
+            """CREATE TABLE IF NOT EXISTS {status} (
+                id integer PRIMARY KEY CHECK (id = 1),
+                stalled_topic text,
+                stalled_reason text,
+                stalled_since timestamptz,
+                updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+            )"""
+        ).format(status=status),
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
             "SET search_path = pg_catalog, pg_temp AS {body}"
@@ -121,11 +139,12 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         *_role(settings.debezium_role, settings.debezium_secret()),
         # Debezium streams through a replication slot; it needs no superuser, only REPLICATION.
         sql.SQL("ALTER ROLE {} REPLICATION").format(sql.Identifier(settings.debezium_role)),
-        sql.SQL("REVOKE ALL ON {outbox}, {dead} FROM PUBLIC").format(outbox=outbox, dead=dead),
+        sql.SQL("REVOKE ALL ON {outbox}, {dead}, {status} FROM PUBLIC").format(outbox=outbox, dead=dead, status=status),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(schema, writer, relay),
         sql.SQL("GRANT INSERT ON {} TO {}").format(outbox, writer),
         sql.SQL("GRANT SELECT, DELETE ON {} TO {}").format(outbox, relay),
-        sql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(dead, relay),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(dead, relay),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(status, relay),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, debezium),
         sql.SQL("GRANT SELECT ON {} TO {}").format(outbox, debezium),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(heartbeat, debezium),

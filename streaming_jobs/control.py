@@ -22,7 +22,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from cdcpipe.processes import TrackedProcess
-from streaming_jobs import locations
+from streaming_jobs import locations, sources
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
@@ -44,6 +44,7 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
     process = tracked(settings, spec.name)
     if process.pid() is not None:
         raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
+    sources.require_topics(settings, spec)
     command = [sys.executable, "-m", "streaming_jobs.runner", spec.name]
     for folder in settings.jobs_dirs:
         command += ["--jobs-dir", str(folder)]
@@ -111,6 +112,7 @@ class JobStatus:
     applied: int | None
     dead_letters: int | None
     lag: list[PartitionLag]
+    missing_topics: list[str]
     log_tail: list[str]
 
     @property
@@ -164,6 +166,7 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
         applied=record.get("applied"),
         dead_letters=record.get("dead_letters"),
         lag=lag(settings, spec),
+        missing_topics=sources.missing(settings, spec),
         log_tail=[] if pid is not None else process.log_tail(10),
     )
 

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame
 
 from cdcpipe.errors import CdcpipeError
 from schemas.contracts import default_registry
-from streaming_jobs import applied, locations, retention
+from streaming_jobs import applied, locations, retention, sources
 from streaming_jobs.applied import Interval
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.checkpoints import batch_end
@@ -46,6 +46,7 @@ def run(
     lake = settings.lake
     where = locations.current(spec, lake)
     checkpoint = where.checkpoint
+    sources.require_topics(settings, spec)  # a missing topic: refused with the fix, not a Java trace
     retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
     registry = default_registry()

@@ -24,6 +24,7 @@ from psycopg.types.json import Jsonb
 from outbox_relay.config import RelaySettings
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
+from tests.kafka_helpers import create_topics
 
 
 def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -115,10 +116,17 @@ def stack() -> Iterator[Stack]:
 
 
 @pytest.fixture
-def topic(request: pytest.FixtureRequest) -> str:
-    """A topic name no other test uses (Kafka creates it on first produce)."""
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses, not created: for a test that creates it its own way."""
     name = re.sub(r"[^A-Za-z0-9._-]", "_", request.node.name)[:120]
     return f"test.{name}.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(stack: Stack, topic_name: str) -> str:
+    """A topic of one partition no other test uses, created first (the stack's Kafka creates none on use)."""
+    create_topics(stack.kafka_bootstrap, [topic_name])
+    return topic_name
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -209,12 +217,16 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, names, settings)
-    yield Outbox(names=names, schema_settings=settings, dsn=stack.pg_dsn, tag=tag)
+    box = Outbox(names=names, schema_settings=settings, dsn=stack.pg_dsn, tag=tag)
+    create_topics(stack.kafka_bootstrap, [box.topic(kind) for kind in OUTBOX_TOPICS])
+    yield box
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(names.outbox_schema)))
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(settings.publication)))
 
 
+# The aggregate types whose topics an outbox fixture creates; a test that needs another creates it.
+OUTBOX_TOPICS = ("order", "account", "transfer")
 TEST_WRITER_PASSWORD = "test-writer-password"  # noqa: S105 - a throwaway role password on a loopback test stack
 TEST_RELAY_PASSWORD = "test-relay-password"  # noqa: S105
 

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,11 @@ def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: flo
     finally:
         consumer.close()
     return records
+
+
+def create_topics(bootstrap: str, topics: list[str], partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    """Create topics as an operator would: the stack's broker creates none on first use."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, partitions, 1, config=config or {}) for t in topics])
+    for future in futures.values():
+        future.result(30)

@@ -421,43 +421,52 @@ def test_a_relay_behind_keeps_reading_its_notifications_so_postgres_can_still_va
     the listening backend blocks in the send, with that snapshot held. Until the relay caught up, no VACUUM
     could then remove a row deleted meanwhile, in any table of the database.
     """
-    schema = outbox.names.outbox_schema
-    scratch = sql.Identifier(schema, "scratch")
     total = 100_000
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
                 "INSERT INTO {} (aggregatetype, aggregateid, type, payload) "
                 "SELECT 'order', 'o-' || g %% 50, 'X', jsonb_build_object('n', g) FROM generate_series(1, %s) g"
-            ).format(sql.Identifier(schema, outbox.names.outbox_table)),
+            ).format(sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)),
             (total,),
-        )
-        conn.execute(sql.SQL("CREATE TABLE {} (x integer)").format(scratch))
-        held_back: list[int] = []  # per VACUUM: dead rows it could not remove yet
-        conn.add_notice_handler(
-            lambda notice: held_back.extend(
-                int(n) for n in re.findall(r"(\d+) are dead but not yet removable", notice.message_primary or "")
-            )
         )
         # Batches of 10: the relay stays behind for the whole backlog.
         with relay_thread(outbox.relay_settings(stack, batch_size=10), outbox):
             wait_until(lambda: outbox.count() < total, 30, "the relay to start on the backlog")
-            conn.execute(
-                "SELECT pg_notify(%s, g::text) FROM generate_series(1, 400000) g", (outbox.names.notify_channel,)
-            )
-            time.sleep(1)  # the listening backend has its notifications to send
-            conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, 1000)").format(scratch))
-            conn.execute(sql.SQL("DELETE FROM {}").format(scratch))
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and held_back[-1:] != [0]:
-                conn.execute(sql.SQL("VACUUM (VERBOSE) {}").format(scratch))
-                time.sleep(0.2)
+            held_back = dead_rows_held_back_after_a_flood(conn, outbox)
             left = outbox.count()
     assert left > 0, "the relay caught up before the test could see it behind: make the backlog larger"
     assert held_back[-1:] == [0], (
         f"while the relay was behind, {len(held_back)} VACUUMs in 20s left the scratch table's dead rows "
         f"(last: {held_back[-1:]}): something held the database's xmin horizon"
     )
+
+
+def dead_rows_held_back_after_a_flood(conn: psycopg.Connection[Any], outbox: Outbox) -> list[int]:
+    """Send 400,000 notifications on the outbox's channel, then delete 1,000 rows of a scratch table.
+
+    Then VACUUM the table every 0.2 s until it removed every dead row, for 20 s at most. Returns, per VACUUM,
+    the dead rows it could not remove yet: a last 0 means nothing held the database's xmin horizon back.
+    """
+    scratch = sql.Identifier(outbox.names.outbox_schema, "scratch")
+    conn.execute(sql.SQL("CREATE TABLE {} (x integer)").format(scratch))
+    held_back: list[int] = []
+
+    def count(notice: psycopg.errors.Diagnostic) -> None:
+        found = re.findall(r"(\d+) are dead but not yet removable", notice.message_primary or "")
+        held_back.extend(int(n) for n in found)
+
+    conn.add_notice_handler(count)
+    conn.execute("SELECT pg_notify(%s, g::text) FROM generate_series(1, 400000) g", (outbox.names.notify_channel,))
+    time.sleep(1)  # the listening backend has its notifications to send
+    conn.execute(sql.SQL("INSERT INTO {} SELECT generate_series(1, 1000)").format(scratch))
+    conn.execute(sql.SQL("DELETE FROM {}").format(scratch))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and held_back[-1:] != [0]:
+        conn.execute(sql.SQL("VACUUM (VERBOSE) {}").format(scratch))
+        time.sleep(0.2)
+    conn.remove_notice_handler(count)
+    return held_back
 
 
 def test_the_backlog_counts_the_head_of_the_outbox_and_takes_postgres_count_beyond(

@@ -163,3 +163,19 @@ def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, t
     assert table.history(1)[0]["operation"] == "OPTIMIZE"
     assert len(table.file_uris()) < files_before
     assert len(rows(tmp_path)) == 15, "compaction must not change the rows"
+
+
+def test_a_job_whose_topic_does_not_exist_is_refused_at_submit_with_the_fix(
+    stack: Stack, topic_name: str, tmp_path: Path
+) -> None:
+    name, env = job_env(stack, tmp_path, "event_log", topic_name)
+    submitted = cdcpipe("jobs", "submit", name, env=env)
+    assert submitted.returncode == 2, submitted.stdout + submitted.stderr
+    assert f"job {name} reads {topic_name}, which the cluster does not have" in submitted.stderr
+    assert "cdcpipe topics apply" in submitted.stderr
+    assert not (tmp_path / "lake" / "_jobs" / f"{name}.pid").exists()
+    report = status(name, env)
+    assert report["running"] is False
+    assert report["missing_topics"] == [topic_name]
+    shown = cdcpipe("jobs", "status", name, env=env)
+    assert f"{topic_name}: does not exist" in shown.stdout

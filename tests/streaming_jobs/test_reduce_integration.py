@@ -105,8 +105,9 @@ def dead_letters(table: Path) -> set[tuple[object, ...]]:
 
 
 def test_a_reduced_latest_state_replay_equals_one_where_spark_reads_every_record(
-    stack: Stack, topic: str, tmp_path: Path
+    stack: Stack, topic_name: str, tmp_path: Path
 ) -> None:
+    topic = topic_name  # created by `produce`, with partitions of its own
     expected_dead, gone = produce(stack, topic)
     name, env = job_env(stack, tmp_path, "latest_state", topic, delete_event_types=["AccountClosed"])
     lake = tmp_path / "lake"

@@ -1,0 +1,176 @@
+"""The relay never removes an event Kafka could still accept later; dead letters go back with `relay redrive`.
+
+On the stack's broker topic auto-creation is off, as in production: a topic nobody created yet is an
+operator's mistake, and publishing stalls on it (loudly) instead of burying events.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from psycopg import sql
+
+from outbox_relay.relay import Relay
+from tests.conftest import Outbox, Stack, cdcpipe
+from tests.kafka_helpers import create_topics, read_topics
+from tests.outbox_relay.test_relay_integration import by_key, relay_thread, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def dead_letters(outbox: Outbox) -> list[tuple[Any, ...]]:
+    """(seq, event id, aggregate id, reason, overtaken) of every dead letter, by seq."""
+    with psycopg.connect(outbox.dsn) as conn:
+        return conn.execute(
+            sql.SQL("SELECT seq, id::text, aggregateid, reason, overtaken FROM {} ORDER BY seq").format(
+                sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
+            )
+        ).fetchall()
+
+
+def relay_cli(stack: Stack, outbox: Outbox, *args: str) -> Any:
+    env = outbox.relay_env(stack, CDCPIPE_OUTBOX_SCHEMA=outbox.names.outbox_schema)
+    return cdcpipe("relay", *args, env=env, timeout=120)
+
+
+def test_a_missing_topic_stalls_publishing_loudly_and_nothing_is_dead_lettered(stack: Stack, outbox: Outbox) -> None:
+    rows: list[tuple[str, str, str, object]] = [
+        ("order", "o-1", "OrderPlaced", {"n": 0}),
+        ("invoice", "i-1", "InvoiceSent", {"n": 1}),
+        *(("order", "o-1", "OrderPlaced", {"n": n}) for n in range(2, 6)),
+    ]
+    ids = outbox.insert(rows)
+    invoice_topic = outbox.topic("invoice")  # nobody created it
+    with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox) as relay:
+        wait_until(
+            lambda: relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": invoice_topic}) == 1,
+            60,
+            "the relay to report the stall in its metric",
+        )
+        status = relay_cli(stack, outbox, "status")
+        assert status.returncode == 1, status.stdout + status.stderr
+        assert "STALLED since" in status.stdout
+        assert invoice_topic in status.stdout
+        assert "cdcpipe topics apply" in status.stdout
+        # The batch waits whole: the event before the invoice too, so nothing is sent twice or out of order.
+        assert outbox.count() == len(ids)
+        assert dead_letters(outbox) == []
+        create_topics(stack.kafka_bootstrap, [invoice_topic])
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish once the topic exists")
+        assert relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": invoice_topic}) is None
+    assert dead_letters(outbox) == []
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order"), invoice_topic], len(ids), timeout_s=60)
+    assert by_key(records)[b"o-1"] == [ids[0].encode(), *(i.encode() for i in ids[2:])]
+    assert by_key(records)[b"i-1"] == [ids[1].encode()]
+    status = relay_cli(stack, outbox, "status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "STALLED" not in status.stdout
+
+
+class _FailsOnce:
+    """A producer whose first produce() raises the fatal error of a fenced idempotent producer."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self.raised = False
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        if not self.raised:
+            self.raised = True
+            raise KafkaException(KafkaError(KafkaError._FATAL, "injected: producer fenced", fatal=True))
+        self._producer.produce(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+
+def test_a_fatal_producer_error_replaces_the_producer_and_buries_nothing(
+    stack: Stack, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[_FailsOnce] = []
+    real_new_producer = Relay._new_producer
+
+    def new_producer(self: Relay) -> Any:
+        producer = real_new_producer(self)
+        if made:
+            return producer
+        made.append(_FailsOnce(producer))
+        return made[0]
+
+    monkeypatch.setattr(Relay, "_new_producer", new_producer)
+    ids = outbox.insert([("order", f"o-{n % 3}", "OrderPlaced", {"n": n}) for n in range(50)])
+    with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox):
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish with a new producer")
+    assert made
+    assert made[0].raised
+    assert dead_letters(outbox) == []
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], len(ids), timeout_s=60)
+    assert {r.headers["id"].decode() for r in records} == set(ids)
+
+
+def test_redrive_puts_dead_letters_back_under_their_seq_and_keeps_aggregate_order(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    small = outbox.topic("limited")
+    create_topics(stack.kafka_bootstrap, [small], config={"max.message.bytes": "20000"})
+    big = "x" * 50_000
+    ids = outbox.insert(
+        [
+            ("limited", "k-1", "Note", {"text": big}),  # dead, then overtaken by the next one
+            ("limited", "k-1", "Note", {"text": "k-1 later"}),
+            ("limited", "k-2", "Note", {"text": big}),  # dead; nothing of k-2 published after it
+        ]
+    )
+    settings = outbox.relay_settings(stack, backoff_max_s=1.0)
+    with relay_thread(settings, outbox):
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to take every row")
+    dead = dead_letters(outbox)
+    assert [(d[1], d[4]) for d in dead] == [(ids[0], True), (ids[2], False)]
+    status = relay_cli(stack, outbox, "status")
+    assert "dead letters: 2 (1 overtaken" in status.stdout, status.stdout + status.stderr
+
+    # The cause is fixed: the topic takes large records now.
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    target = ConfigResource(
+        ResourceType.TOPIC,
+        small,
+        incremental_configs=[ConfigEntry("max.message.bytes", "200000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([target])[target].result(30)
+
+    # A new event of k-2 arrives before the redrive: the redriven one still goes first (its own seq).
+    later_k2 = outbox.insert([("limited", "k-2", "Note", {"text": "k-2 later"})])
+    moved = relay_cli(stack, outbox, "redrive", "--reason", "max.message.bytes")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "moved 1 dead letters" in moved.stdout
+    assert "left: seq" in moved.stdout
+    assert ids[0] in moved.stdout
+    assert "--allow-reorder" in moved.stdout
+    with psycopg.connect(outbox.dsn) as conn:
+        waiting = conn.execute(
+            sql.SQL("SELECT seq, id::text FROM {} ORDER BY seq").format(
+                sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
+            )
+        ).fetchall()
+    assert waiting == [(dead[1][0], ids[2]), (waiting[1][0], later_k2[0])]
+    assert waiting[1][0] > dead[1][0]
+
+    again = relay_cli(stack, outbox, "redrive", "--allow-reorder")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "moved 1 dead letters" in again.stdout
+    assert dead_letters(outbox) == []
+    with relay_thread(settings, outbox):
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish the redriven events")
+    assert dead_letters(outbox) == []
+    records = read_topics(stack.kafka_bootstrap, [small], 5, timeout_s=60)
+    keyed = by_key(records)
+    assert keyed[b"k-2"] == [ids[2].encode(), later_k2[0].encode()]
+    # Redriven with --allow-reorder: after the later event of k-1, as the redrive said it would be.
+    assert keyed[b"k-1"] == [ids[1].encode(), ids[0].encode()]
+    assert json.loads(next(r.value for r in records if r.headers["id"] == ids[0].encode()) or b"")["text"] == big

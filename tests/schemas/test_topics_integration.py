@@ -1,0 +1,66 @@
+"""`cdcpipe topics apply` against the stack's broker, which (as in production) creates no topic on first use."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+from tests.conftest import Stack, cdcpipe
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_broker_creates_no_topic_on_first_produce(stack: Stack) -> None:
+    topic = f"test.never-created.{uuid.uuid4().hex[:8]}"
+    errors: list[str] = []
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "message.timeout.ms": 5000})
+    producer.produce(topic, b"x", on_delivery=lambda err, _msg: errors.append(err.name() if err else "ok"))
+    producer.flush(15)
+    assert errors in (["_UNKNOWN_TOPIC"], ["UNKNOWN_TOPIC_OR_PART"], ["_MSG_TIMED_OUT"]), errors
+    assert topic not in AdminClient({"bootstrap.servers": stack.kafka_bootstrap}).list_topics(timeout=10).topics
+
+
+def test_apply_creates_configures_and_never_repartitions(stack: Stack, tmp_path: Path) -> None:
+    name = f"test.applied.{uuid.uuid4().hex[:8]}"
+    env = {**stack.process_env(), "CDCPIPE_TOPICS_DIR": str(tmp_path)}
+    file = tmp_path / "t.toml"
+
+    def declare(partitions: int, retention_ms: str) -> None:
+        file.write_text(
+            f'[[topic]]\nname = "{name}"\npartitions = {partitions}\nreplication_factor = -1\n'
+            f'config = {{ "retention.ms" = "{retention_ms}" }}\n'
+        )
+
+    declare(3, "3600000")
+    dry = cdcpipe("topics", "apply", "--dry-run", env=env)
+    assert dry.returncode == 0, dry.stderr
+    assert f"{name}: would be created" in dry.stdout
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    assert name not in admin.list_topics(timeout=10).topics
+
+    first = cdcpipe("topics", "apply", env=env)
+    assert first.returncode == 0, first.stderr
+    assert f"{name}: created (3 partitions)" in first.stdout
+    assert len(admin.list_topics(timeout=10).topics[name].partitions) == 3
+    again = cdcpipe("topics", "apply", env=env)
+    assert f"{name}: unchanged" in again.stdout
+
+    declare(5, "7200000")
+    changed = cdcpipe("topics", "apply", env=env)
+    assert changed.returncode == 0, changed.stderr
+    assert f"{name}: configured (retention.ms=7200000; has 3 partitions, the file says 5" in changed.stdout
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    assert admin.describe_configs([resource])[resource].result(15)["retention.ms"].value == "7200000"
+    assert len(admin.list_topics(timeout=10).topics[name].partitions) == 3
+
+
+def test_a_bad_topic_file_is_an_error_naming_the_file_not_a_traceback(stack: Stack, tmp_path: Path) -> None:
+    (tmp_path / "t.toml").write_text('[[topic]]\nname = "a topic"\npartitions = 1\nreplication_factor = 1\n')
+    result = cdcpipe("topics", "apply", env={**stack.process_env(), "CDCPIPE_TOPICS_DIR": str(tmp_path)})
+    assert result.returncode == 2
+    assert "t.toml: topic #1: name 'a topic' is not a legal topic name" in result.stderr
+    assert "Traceback" not in result.stderr
