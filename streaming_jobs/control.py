@@ -26,12 +26,13 @@ from streaming_jobs import locations, sources
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
-from streaming_jobs.jobs import JobSpec, find, load_all
+from streaming_jobs.jobs import JobSpec, check_name, find, load_all
 from streaming_jobs.runner import PROGRESS_FILE
 
 
 def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
     """The job's driver process, as a pid file and a log under <lake>/_jobs/."""
+    check_name(name)  # it names files: never a path
     folder = settings.lake / "_jobs"
     return TrackedProcess(
         name=f"job {name}", pid_file=folder / f"{name}.pid", log_file=folder / f"{name}.log", stop_signal=signal.SIGTERM

@@ -13,6 +13,7 @@ beside it, and its checkpoint in `<lake>/_checkpoints/<name>`.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -26,6 +27,10 @@ DEFINITIONS_DIR = Path(__file__).parent / "definitions"
 Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history"]
 TABLE_KINDS = ("table_mirror", "table_history")
 TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
+JOB_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+# Folders of the lake that belong to cdcpipe itself (`_jobs`, `_checkpoints`, replays' staging).
+RESERVED_PREFIX = "_"
+DEAD_LETTER_SUFFIX = "_dead_letters"
 
 
 class JobSpec(BaseModel):
@@ -33,7 +38,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,62}$", description="lower case, digits, '_' and '-'")
+    name: str = Field(pattern=JOB_NAME.pattern, description="lower case, digits, '_' and '-'")
     kind: Kind
     topics: tuple[str, ...] = Field(min_length=1)
     table: str = Field(min_length=1)
@@ -50,6 +55,18 @@ class JobSpec(BaseModel):
         ge=0,
         description="event_log: how many records back, per partition, a resent event id is looked for (0: all)",
     )
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        parts = Path(value).parts
+        if ".." in parts:
+            raise ValueError(f"table {value!r} climbs out of its folder with '..': name a folder under the lake")
+        if not [p for p in parts if p not in ("/", ".")]:
+            raise ValueError(f"table {value!r} is the lake (or the file system's) root: name a folder under it")
+        if not Path(value).is_absolute() and parts[0].startswith(RESERVED_PREFIX):
+            raise ValueError(f"table {value!r}: folders of the lake starting with '_' are cdcpipe's own")
+        return value
 
     @field_validator("trigger")
     @classmethod
@@ -115,11 +132,39 @@ def load_all(folders: list[Path]) -> dict[str, JobSpec]:
             if spec.name in jobs:
                 raise StreamingError(f"{path}: job {spec.name!r} is already declared in {sources[spec.name]}")
             jobs[spec.name], sources[spec.name] = spec, path
+    _tables_apart(jobs, sources)
     return jobs
+
+
+def _tables_apart(jobs: dict[str, JobSpec], sources: dict[str, Path]) -> None:
+    """Two jobs never write one table: not the same folder, one inside the other, or one's dead letters."""
+    lake = Path("/lake")  # any root: relative tables are compared under the same one
+    claimed: dict[Path, str] = {}
+    for name, spec in jobs.items():
+        table = Path(os.path.normpath(spec.table_path(lake)))
+        for path in (table, table.with_name(table.name + DEAD_LETTER_SUFFIX)):
+            for other_path, other in claimed.items():
+                if other != name and (path == other_path or path in other_path.parents or other_path in path.parents):
+                    raise StreamingError(
+                        f"{sources[name]}: job {name!r} writes {spec.table!r}, where job {other!r} "
+                        f"({sources[other]}) writes its tables: give each job a table of its own"
+                    )
+            claimed[path] = name
+
+
+def check_name(name: str) -> str:
+    """A job name as typed on the command line: a name, never a path."""
+    if not JOB_NAME.match(name):
+        raise StreamingError(
+            f"{name!r} is not a job name (lower case letters, digits, '_' and '-', starting with a letter); "
+            "`cdcpipe jobs list` shows the jobs"
+        )
+    return name
 
 
 def find(name: str, folders: list[Path]) -> JobSpec:
     """The job called `name`, or an error listing the jobs there are."""
+    check_name(name)
     jobs = load_all(folders)
     if name not in jobs:
         known = ", ".join(sorted(jobs)) or "none"

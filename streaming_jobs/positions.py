@@ -62,6 +62,10 @@ def parse(text: str) -> Position:
             raise PositionError(f"{text!r} is not a time: use ISO 8601, e.g. 2026-11-22T03:00:00Z") from None
         if moment.tzinfo is None:
             raise PositionError(f"{text!r} has no time zone: add one, e.g. {spec}Z for UTC or {spec}+01:00")
+        if moment.timestamp() < 0:
+            raise PositionError(
+                f"{text!r} is before 1970-01-01T00:00:00Z, where Kafka's timestamps begin: use earliest"
+            )
         return Position("timestamp", timestamp_ms=int(moment.timestamp() * 1000))
     if ":" in spec and all(OFFSETS.match(part) for part in spec.split(",")):
         offsets: dict[Partition, int] = {}

@@ -179,3 +179,21 @@ def test_a_job_whose_topic_does_not_exist_is_refused_at_submit_with_the_fix(
     assert report["missing_topics"] == [topic_name]
     shown = cdcpipe("jobs", "status", name, env=env)
     assert f"{topic_name}: does not exist" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("jobs", "stop", "../../etc"), "'../../etc' is not a job name"),
+        (("jobs", "status", "/tmp/x"), "'/tmp/x' is not a job name"),  # noqa: S108 - a name, never opened
+        (("backfill", "JOB", "--from", "1969-07-20T20:17:00Z"), "before 1970-01-01T00:00:00Z"),
+    ],
+)
+def test_bad_arguments_get_the_stages_error_and_the_fix_not_a_traceback(
+    stack: Stack, topic: str, tmp_path: Path, args: tuple[str, ...], says: str
+) -> None:
+    name, env = job_env(stack, tmp_path, "event_log", topic)
+    result = cdcpipe(*(name if a == "JOB" else a for a in args), env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert says in result.stderr
+    assert "Traceback" not in result.stderr

@@ -41,3 +41,8 @@ def test_a_range_in_sparks_json_shape() -> None:
     span = Range({("a", 0): 5, ("a", 1): 0, ("b", 0): 2}, {("a", 0): 10, ("a", 1): 4, ("b", 0): 2})
     assert span.total == 9
     assert span.spark_json(span.end) == {"a": {"0": 10, "1": 4}, "b": {"0": 2}}
+
+
+def test_a_time_before_1970_is_refused_with_the_fix() -> None:
+    with pytest.raises(PositionError, match=r"before 1970-01-01T00:00:00Z.*use earliest"):
+        parse("1969-12-31T23:59:59Z")

@@ -1,0 +1,55 @@
+"""Job files: a job's table stays inside the lake and is its own; a job name is never a path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.jobs import check_name, load_all
+
+
+def declare(folder: Path, name: str, table: str) -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(f'name = "{name}"\nkind = "event_log"\ntopics = ["t"]\ntable = "{table}"\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ("../elsewhere", "climbs out of its folder"),
+        ("a/../../b", "climbs out of its folder"),
+        (".", "root"),
+        ("/", "root"),
+        ("_checkpoints", "cdcpipe's own"),
+        ("_jobs/x", "cdcpipe's own"),
+    ],
+)
+def test_a_table_outside_the_lake_or_on_its_own_folders_is_refused(tmp_path: Path, table: str, says: str) -> None:
+    path = declare(tmp_path, "j", table)
+    with pytest.raises(StreamingError, match=says) as caught:
+        load_all([tmp_path])
+    assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("other", ["out", "./out", "out/inner", "out_dead_letters"])
+def test_two_jobs_never_write_one_table(tmp_path: Path, other: str) -> None:
+    declare(tmp_path, "a", "out")
+    declare(tmp_path, "b", other)
+    with pytest.raises(StreamingError, match="give each job a table of its own"):
+        load_all([tmp_path])
+
+
+def test_tables_side_by_side_are_fine(tmp_path: Path) -> None:
+    declare(tmp_path, "a", "out")
+    declare(tmp_path, "b", "outer")
+    declare(tmp_path, "c", "nested/out")
+    assert set(load_all([tmp_path])) == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize("name", ["../x", "/srv/job", "a/b", "Job", ""])
+def test_a_job_name_is_never_a_path(name: str) -> None:
+    with pytest.raises(StreamingError, match="is not a job name"):
+        check_name(name)
