@@ -113,7 +113,9 @@ def apply_range(
     if reduce and spec.kind == "latest_state":
         return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress)
     registry = default_registry()
-    identity = _identity(where, purpose, span)
+    # The chunks' ids are their indexes, so the id names the chunk size: a rerun cut into other chunks must
+    # not find chunk N of the first run "already written" and skip records it never held.
+    identity = _identity(where, purpose, span, f":chunks of {chunk_size}")
     started = time.monotonic()
     total = dead = count = 0
     for index, (start, end) in enumerate(chunks(span, chunk_size)):

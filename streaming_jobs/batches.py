@@ -22,7 +22,15 @@ from streaming_jobs import applied, outbox_events, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
-from streaming_jobs.sinks import BatchContext, count_dead, event_log, latest_state, projection, write_dead_letters
+from streaming_jobs.sinks import (
+    BatchContext,
+    count_dead,
+    drop_resent,
+    event_log,
+    latest_state,
+    projection,
+    write_dead_letters,
+)
 from streaming_jobs.sinks_tables import table_history, table_mirror
 
 Handler = Callable[[DataFrame, BatchContext], int]
@@ -85,7 +93,8 @@ def handle_batch(
             dead = count_dead(classified)
             if dead:
                 write_dead_letters(classified, ctx)
-            done = HANDLERS[ctx.job.kind](classified, ctx)
+            valid = classified if ctx.job.kind == "event_log" else drop_resent(classified, ctx)
+            done = HANDLERS[ctx.job.kind](valid, ctx)
         finally:
             classified.unpersist()
         if not applied.read(ctx.table).covers(ranges):

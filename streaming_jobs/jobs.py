@@ -30,7 +30,10 @@ TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
 JOB_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 # Folders of the lake that belong to cdcpipe itself (`_jobs`, `_checkpoints`, replays' staging).
 RESERVED_PREFIX = "_"
+# Tables a job keeps beside its own: `<table>_dead_letters`, and `<table>_event_ids` (the ids of the events it
+# applied, for the kinds whose table does not keep them; see `sinks.drop_resent`).
 DEAD_LETTER_SUFFIX = "_dead_letters"
+EVENT_IDS_SUFFIX = "_event_ids"
 
 
 class JobSpec(BaseModel):
@@ -53,7 +56,7 @@ class JobSpec(BaseModel):
     dedupe_lookback_records: int = Field(
         100_000,
         ge=0,
-        description="event_log: how many records back, per partition, a resent event id is looked for (0: all)",
+        description="how many records back, per partition, a resent event id (table kinds: key and LSN) is looked for (0: all)",
     )
 
     @field_validator("table")
@@ -142,7 +145,8 @@ def _tables_apart(jobs: dict[str, JobSpec], sources: dict[str, Path]) -> None:
     claimed: dict[Path, str] = {}
     for name, spec in jobs.items():
         table = Path(os.path.normpath(spec.table_path(lake)))
-        for path in (table, table.with_name(table.name + DEAD_LETTER_SUFFIX)):
+        beside = [table.with_name(table.name + suffix) for suffix in (DEAD_LETTER_SUFFIX, EVENT_IDS_SUFFIX)]
+        for path in (table, *beside):
             for other_path, other in claimed.items():
                 if other != name and (path == other_path or path in other_path.parents or other_path in path.parents):
                     raise StreamingError(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from streaming_jobs.errors import StreamingError
-from streaming_jobs.jobs import JobSpec
+from streaming_jobs.jobs import DEAD_LETTER_SUFFIX, EVENT_IDS_SUFFIX, JobSpec
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,12 @@ class Location:
 
     @property
     def dead_letters(self) -> Path:
-        return self.table.with_name(f"{self.table.name}_dead_letters")
+        return self.table.with_name(self.table.name + DEAD_LETTER_SUFFIX)
+
+    @property
+    def event_ids(self) -> Path:
+        """Where a job whose table does not keep every event id records them (see `sinks.drop_resent`)."""
+        return self.table.with_name(self.table.name + EVENT_IDS_SUFFIX)
 
     def to_json(self) -> str:
         return json.dumps(

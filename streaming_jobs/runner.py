@@ -52,9 +52,9 @@ def run(
     registry = default_registry()
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
-    # An event log's look-back of event ids, kept between micro-batches instead of read from the table by each.
+    # The look-back of applied event ids, kept between micro-batches instead of read from a table by each.
     lookback = spec.dedupe_lookback_records
-    event_ids = EventIds(lookback) if spec.kind == "event_log" and lookback else None
+    event_ids = EventIds(lookback) if lookback else None
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the

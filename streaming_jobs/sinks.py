@@ -3,8 +3,11 @@
 Every Delta write of a batch carries Delta's idempotent-write marker (txnAppId = the job's app id, kept in
 its checkpoint folder; txnVersion = the batch id). A batch replayed after a crash (Spark re-runs the last
 batch when its checkpoint commit did not happen) is skipped by each table it already reached: no row is
-applied twice, including increments such as a running balance. Within a batch, rows are deduplicated by
-event id before any MERGE, since a MERGE fails when two source rows match one target row.
+applied twice, including increments such as a running balance.
+
+A publisher's resent copy of an event (a new record, at a later offset, perhaps in a later batch) is dropped
+before any kind sees it: by event id (for table changes, key and LSN) among the ids the job applied in the
+look-back of each partition (`event_log`, `drop_resent`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from pyspark.sql import functions as F  # noqa: N812
 from streaming_jobs import applied
 from streaming_jobs.applied import Interval
 from streaming_jobs.errors import StreamingError
-from streaming_jobs.event_ids import EventIds, Record, split
-from streaming_jobs.jobs import JobSpec
+from streaming_jobs.event_ids import EventIds, Record, Split, split
+from streaming_jobs.jobs import EVENT_IDS_SUFFIX, JobSpec
 from streaming_jobs.positions import Partition
 
 EVENT_COLUMNS = [
@@ -72,7 +75,14 @@ class BatchContext:
     batch_id: int
     applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
     ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
-    event_ids: EventIds | None = None  # an event log's memory of the ids its table holds, kept between batches
+    event_ids: EventIds | None = None  # a memory of the ids `event_ids_table` holds, kept between batches
+
+    @property
+    def event_ids_table(self) -> Path:
+        """Where the ids of the events the job applied are: its own table for an event log, else beside it."""
+        if self.job.kind == "event_log":
+            return self.table
+        return self.table.with_name(self.table.name + EVENT_IDS_SUFFIX)
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
@@ -170,29 +180,74 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
     Returns the rows appended.
     """
     valid = events.where(F.col("error").isNull())
-    records = [_record(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
     before = applied.newest_version(ctx.table)
-    chosen = split(records, _held(ctx, valid, before, records))
-    fresh = valid.select(*EVENT_COLUMNS, "headers")
-    if chosen.drop:
-        dropped = ctx.spark.createDataFrame(
-            [(tp[0], tp[1], offset) for tp, offset, _ in chosen.drop],
-            "topic string, kafka_partition int, kafka_offset long",
-        )
-        fresh = fresh.join(F.broadcast(dropped), ["topic", "kafka_partition", "kafka_offset"], "left_anti")
+    chosen = _choose(valid, ctx, before)
+    fresh = _without(valid.select(*EVENT_COLUMNS, "headers"), ctx, chosen.drop)
     with ctx.idempotent():
         fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(str(ctx.table))
-    if ctx.event_ids is not None:
-        after = applied.newest_version(ctx.table)
-        if after == before + 1:  # this batch's commit (the writer lock keeps any other out)
-            ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
-        else:  # Delta skipped the write as done before: what the table holds came from elsewhere
-            ctx.event_ids.forget()
+    _remember(ctx, before, chosen)
     return rows_added(ctx)
 
 
+def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
+    """The batch without the copies of events the job applied before; for every kind but the event log.
+
+    A copy is a record whose event id (for table changes: key and LSN) is at another offset among the job's
+    applied events, in the look-back of its partition, or earlier in the batch: the same rule as the event
+    log's, over `<table>_event_ids`, since these kinds' tables do not keep every id. The ids of the records
+    kept are appended there first, in a commit of their own that carries the batch's idempotence marker. A
+    crash before the table's own write leaves them recorded; the replayed batch then finds them at its own
+    records' positions, which never count as copies (see `_held`), and the marker skips the second append.
+    """
+    table = ctx.event_ids_table
+    valid = events.where(F.col("error").isNull())
+    before = applied.newest_version(table)
+    chosen = _choose(valid, ctx, before)
+    (
+        _without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", ctx.app_id)
+        .option("txnVersion", ctx.batch_id)
+        .save(str(table))
+    )
+    _remember(ctx, before, chosen)
+    return _without(events, ctx, chosen.drop)
+
+
+def _choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
+    """Which of the batch's valid records to apply: the first copy of each id the job did not apply yet.
+
+    The batch's (partition, offset, event id) come to the driver (one small Spark job), which picks the
+    records to drop: usually none.
+    """
+    records = [_record(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
+    return split(records, _held(ctx, valid, version, records))
+
+
+def _without(frame: DataFrame, ctx: BatchContext, drop: list[Record]) -> DataFrame:
+    """`frame` less the records at the positions of `drop` (no join at all when there are none)."""
+    if not drop:
+        return frame
+    dropped = ctx.spark.createDataFrame(
+        [(tp[0], tp[1], offset) for tp, offset, _ in drop], "topic string, kafka_partition int, kafka_offset long"
+    )
+    return frame.join(F.broadcast(dropped), ["topic", "kafka_partition", "kafka_offset"], "left_anti")
+
+
+def _remember(ctx: BatchContext, before: int, chosen: Split) -> None:
+    """Bring the job's memory of ids up to the commit it just made to `event_ids_table`."""
+    if ctx.event_ids is None:
+        return
+    after = applied.newest_version(ctx.event_ids_table)
+    if after == before + 1:  # this batch's commit (the writer lock keeps any other out)
+        ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
+    else:  # Delta skipped the write as done before: what the table holds came from elsewhere
+        ctx.event_ids.forget()
+
+
 def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Record]) -> set[str]:
-    """The batch's event ids the table already holds, in the look-back of the batch's partitions."""
+    """The batch's event ids the job applied before, in the look-back of the batch's partitions."""
     lookback = ctx.job.dedupe_lookback_records
     memory = ctx.event_ids if lookback and ctx.ranges else None
     if memory is not None and not memory.answers(version, ctx.ranges):
@@ -204,13 +259,16 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
         return set()  # the common case: no Spark job, the table is not read
     # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
     # neither shuffled nor sorted; only the ids found there (usually none) come back.
-    present = _recent(ctx).select("event_id").join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
-    return {str(row[0]) for row in present.distinct().collect()}
+    # An id found at the position of one of the batch's own records is that record's, recorded by an attempt
+    # of this batch that crashed before its table's write (`drop_resent`): not a copy.
+    present = _recent(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+    own = {(tp, offset) for tp, offset, _ in records}
+    return {event_id for tp, offset, event_id in map(_record, present.toArrow().to_pylist()) if (tp, offset) not in own}
 
 
 def _recent(ctx: BatchContext) -> DataFrame:
-    """The table's rows a batch's ids are looked for among: its partitions' last records (all, without a look-back)."""
-    seen = ctx.spark.read.format("delta").load(str(ctx.table))
+    """The applied ids a batch's are looked for among: its partitions' last records (all, without a look-back)."""
+    seen = ctx.spark.read.format("delta").load(str(ctx.event_ids_table))
     lookback = ctx.job.dedupe_lookback_records
     if not (lookback and ctx.ranges):
         return seen
@@ -280,6 +338,6 @@ def projection(events: DataFrame, ctx: BatchContext) -> int:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
         raise StreamingError(f"job {ctx.job.name}: cannot load projection {ctx.job.projection!r} ({exc})") from exc
-    valid = _first_per(events.where(F.col("error").isNull()), ["event_id"], newest=False).select(*EVENT_COLUMNS)
+    valid = events.where(F.col("error").isNull()).select(*EVENT_COLUMNS)  # copies went in `drop_resent`
     function(valid, ctx)
     return valid.count()

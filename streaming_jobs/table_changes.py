@@ -43,8 +43,8 @@ def change_schema(contract: TableContract) -> StructType:
 def classify(records: DataFrame, contract: TableContract) -> DataFrame:
     """Every change as columns, with `error` null for a valid one; tombstones are dropped.
 
-    Columns: the row's fields (from `after`, or `before` for a delete), _op, _lsn, _source_ts, the Kafka
-    coordinates, the raw bytes, and `error`.
+    Columns: the row's fields (from `after`, or `before` for a delete), `event_id` (the key as JSON, `@`, the
+    LSN), _op, _lsn, _source_ts, the Kafka coordinates, the raw bytes, and `error`.
     """
     parsed = F.from_json(
         F.col("value").cast("string"),
@@ -74,8 +74,11 @@ def classify(records: DataFrame, contract: TableContract) -> DataFrame:
         .when(F.col("c.source.lsn").isNull(), F.lit("no source.lsn: cannot order the change"))
         .when(missing_key, F.lit(f"primary key {list(contract.primary_key)} missing from the row"))
     )
+    # A change's identity across resends: its key and its LSN (a copy Debezium sends again has both).
+    key = F.to_json(F.struct(*[row[name].alias(name) for name in contract.primary_key]))
     return changes.select(
         *[row[name].alias(name) for name in contract.columns],
+        F.concat(key, F.lit("@"), F.col("c.source.lsn").cast("string")).alias("event_id"),
         F.col("c.op").alias("_op"),
         F.col("c.source.lsn").alias("_lsn"),
         (F.col("c.source.ts_ms") / 1000).cast("timestamp").alias("_source_ts"),

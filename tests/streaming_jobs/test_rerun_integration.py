@@ -214,3 +214,30 @@ def test_a_range_below_retention_is_refused_naming_the_first_offset_still_there(
 
     done = run("backfill", name, "--from", "earliest", env=env)
     assert "backfilled 8 records" in done.stdout
+
+
+def test_a_backfill_killed_and_run_again_with_other_chunks_applies_every_offset_once(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    expected: dict[str, int] = {}
+    deposits(stack, topic, rounds=20, accounts=10, expected=expected)  # 200 records
+    name, env = job_env(stack, tmp_path, "projection", topic, projection=BALANCES)
+    table = tmp_path / "lake" / "out"
+    log = tmp_path / "first.log"
+    with log.open("w") as out:
+        first = subprocess.Popen(
+            [sys.executable, "-m", "cdcpipe", "backfill", name, "--from", "earliest", "--chunk-size", "20"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        # Killed once some chunks (each a MERGE, 20 records) are in, and long before the last.
+        wait_until(lambda: len(list((table / "_delta_log").glob("*.json"))) >= 4, 300, "a few chunks to commit")
+    finally:
+        first.kill()
+        first.wait(30)
+    partial = balances(table)
+    assert partial != expected, "the first backfill finished before it was killed: make the range longer"
+    run("backfill", name, "--from", "earliest", "--chunk-size", "150", env=env)
+    assert balances(table) == expected
