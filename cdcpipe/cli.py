@@ -607,6 +607,21 @@ def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to r
     typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
 
 
+@jobs_app.command("accept-topics")
+def jobs_accept_topics(name: str) -> None:
+    """Take the job's topics as they are now, after one was deleted and created again or gained partitions."""
+    from streaming_jobs import rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    accepted = rerun.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
+    if not accepted.changed:
+        typer.echo(f"{name}: its topics are those its table holds offsets of; nothing to accept")
+    for topic in accepted.changed:
+        how = "recreated: read again from its earliest offsets" if topic in accepted.recreated else "new partitions"
+        typer.echo(f"{name}: {topic} accepted ({how})")
+
+
 @app.command("demo")
 def demo() -> None:
     """Run a sample workload through the running stack: emit -> relay -> Kafka -> Spark -> Delta, and check it."""

@@ -24,6 +24,19 @@ from streaming_jobs.errors import StreamingError
 from streaming_jobs.positions import Partition
 
 Interval = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """Which topic a table's offsets are of, and how many partitions it had.
+
+    Kafka gives a topic deleted and created again a new id: the same name then numbers other records.
+    """
+
+    topic_id: str
+    partitions: int
+
+
 LOOK_BACK = 1000  # commits stepped over at most when looking for the newest one with intervals
 
 
@@ -32,6 +45,7 @@ class Applied:
     """Sorted, disjoint [start, end) offset intervals per (topic, partition)."""
 
     intervals: Mapping[Partition, tuple[Interval, ...]] = field(default_factory=dict)
+    topics: Mapping[str, TopicIdentity] = field(default_factory=dict)
 
     def plus(self, ranges: Mapping[Partition, Interval]) -> Applied:
         """These intervals with `ranges` added (merged where they touch or overlap)."""
@@ -39,7 +53,18 @@ class Applied:
         for tp, (start, end) in ranges.items():
             if end > start:
                 merged.setdefault(tp, []).append((start, end))
-        return Applied({tp: _merge(spans) for tp, spans in merged.items()})
+        return Applied({tp: _merge(spans) for tp, spans in merged.items()}, self.topics)
+
+    def with_topics(self, topics: Mapping[str, TopicIdentity]) -> Applied:
+        """These intervals, of the topics as they are now."""
+        return Applied(self.intervals, {**self.topics, **topics})
+
+    def without_topic(self, topic: str) -> Applied:
+        """These intervals but the topic's: for a topic deleted and created again, whose offsets start anew."""
+        return Applied(
+            {tp: spans for tp, spans in self.intervals.items() if tp[0] != topic},
+            {t: i for t, i in self.topics.items() if t != topic},
+        )
 
     def covers(self, ranges: Mapping[Partition, Interval]) -> bool:
         """Whether every offset of `ranges` is already applied."""
@@ -59,7 +84,10 @@ class Applied:
         applied: dict[str, dict[str, list[list[int]]]] = {}
         for (topic, partition), spans in sorted(self.intervals.items()):
             applied.setdefault(topic, {})[str(partition)] = [[s, e] for s, e in spans]
-        return json.dumps({"cdcpipe": {"applied": applied}}, separators=(",", ":"))
+        ours: dict[str, Any] = {"applied": applied}
+        if self.topics:
+            ours["topics"] = {t: {"id": i.topic_id, "partitions": i.partitions} for t, i in sorted(self.topics.items())}
+        return json.dumps({"cdcpipe": ours}, separators=(",", ":"))
 
     @classmethod
     def from_metadata(cls, text: str) -> Applied | None:
@@ -68,15 +96,18 @@ class Applied:
             data = json.loads(text)
         except ValueError:
             return None
-        applied = data.get("cdcpipe", {}).get("applied") if isinstance(data, dict) else None
+        ours = data.get("cdcpipe", {}) if isinstance(data, dict) else {}
+        applied = ours.get("applied") if isinstance(ours, dict) else None
         if not isinstance(applied, dict):
             return None
+        topics = ours.get("topics") or {}
         return cls(
             {
                 (topic, int(partition)): tuple((int(s), int(e)) for s, e in spans)
                 for topic, partitions in applied.items()
                 for partition, spans in partitions.items()
-            }
+            },
+            {t: TopicIdentity(str(i["id"]), int(i["partitions"])) for t, i in topics.items()},
         )
 
 

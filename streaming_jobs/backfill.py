@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +30,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from schemas.contracts import default_registry
-from streaming_jobs import applied
+from streaming_jobs import applied, sources
+from streaming_jobs.applied import TopicIdentity
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import JobSpec
@@ -110,8 +111,9 @@ def apply_range(
 
     `reduce` (latest-state jobs only) reduces the range outside Spark first; False reads it all with Spark.
     """
+    topics = sources.check_topics(settings, spec, where.table)
     if reduce and spec.kind == "latest_state":
-        return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress)
+        return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress, topics)
     registry = default_registry()
     # The chunks' ids are their indexes, so the id names the chunk size: a rerun cut into other chunks must
     # not find chunk N of the first run "already written" and skip records it never held.
@@ -119,7 +121,7 @@ def apply_range(
     started = time.monotonic()
     total = dead = count = 0
     for index, (start, end) in enumerate(chunks(span, chunk_size)):
-        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, index)
+        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, index, topics=topics)
         records = read_chunk(spark, settings, start, end)
         done, bad = handle_batch(records, ctx, registry, {tp: (start[tp], end[tp]) for tp in start})
         total, dead, count = total + done, dead + bad, count + 1
@@ -149,6 +151,7 @@ def _apply_reduced(
     purpose: str,
     chunk_size: int,
     progress: Progress | None,
+    topics: Mapping[str, TopicIdentity],
 ) -> Outcome:
     """A latest-state range: reduced per partition by worker processes, the remainder applied by Spark.
 
@@ -192,7 +195,7 @@ def _apply_reduced(
                 # round, and a rerun (which starts past what the table holds) never reuses a committed one
                 # for other records, as a round count would once held offsets are skipped.
                 version = sum(at[tp] - span.start[tp] for tp in at)
-                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, version)
+                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, version, topics=topics)
                 covered = {(r.topic, r.partition): (r.start, r.stopped) for r in reduced}
                 done, bad = handle_batch(_kept(spark, reduced), ctx, registry, covered)
                 total, dead, rounds = total + done, dead + bad, rounds + 1

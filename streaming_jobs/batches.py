@@ -18,7 +18,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
-from streaming_jobs import applied, outbox_events, table_changes
+from streaming_jobs import applied, outbox_events, sources, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
@@ -82,7 +82,8 @@ def handle_batch(
         ranges = dict(covered) if covered is not None else record_ranges(records)
         if held.covers(ranges):
             return 0, 0  # a replayed batch, or a range applied before: nothing to do, no Spark job run
-        ctx = replace(ctx, applied_metadata=held.plus(ranges).metadata(), ranges=ranges)
+        sources.check_partitions(ctx.job.name, ctx.topics, ranges)
+        ctx = replace(ctx, applied_metadata=held.plus(ranges).with_topics(ctx.topics).metadata(), ranges=ranges)
         fresh = records.where(_outside(held)) if held.intervals else records
         if ctx.job.kind in TABLE_KINDS:
             classified = table_changes.classify(fresh, load_table_contract(ctx.job.source_table or ""))

@@ -45,7 +45,7 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
     process = tracked(settings, spec.name)
     if process.pid() is not None:
         raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
-    sources.require_topics(settings, spec)
+    sources.check_topics(settings, spec, locations.current(spec, settings.lake).table)
     command = [sys.executable, "-m", "streaming_jobs.runner", spec.name]
     for folder in settings.jobs_dirs:
         command += ["--jobs-dir", str(folder)]

@@ -5,6 +5,7 @@
                                           new checkpoint; --swap switches the job to it and resumes streaming
                                           where the rebuild ended
     jobs rewind JOB --to SPEC             the stream resumes from an earlier position (a new checkpoint)
+    jobs accept-topics JOB                the table takes its topics as they are now (recreated, repartitioned)
 
 None of them edits Spark's checkpoint files or repeats a record in a table: every write records the offsets
 its table holds (streaming_jobs.applied) and skips those.
@@ -12,12 +13,13 @@ its table holds (streaming_jobs.applied) and skips those.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from streaming_jobs import control, locations
+from streaming_jobs import applied, control, locations, sources
 from streaming_jobs.backfill import DEFAULT_CHUNK, Outcome, apply_range
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
@@ -164,3 +166,54 @@ def rewind(settings: SparkSettings, spec: JobSpec, to: Position) -> tuple[locati
         moved = locations.Location(now.table, locations.new_checkpoint(spec, lake, "rewind"), every.spark_json(target))
         locations.switch(spec, lake, moved)
     return moved, before, target
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What `accept_topics` changed: topics whose new identity the table took, and those read again from 0."""
+
+    changed: list[str]
+    recreated: list[str]
+
+
+def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
+    """Record the job's topics as they are now in its table, after one was recreated or gained partitions.
+
+    A recreated topic's old offsets are forgotten by the table (they numbered other records) and the job
+    rewinds to the new topic's earliest offsets; a repartitioned topic's new count is recorded, and the
+    job goes on where it was.
+    """
+    from streaming_jobs.locks import table_lock
+    from streaming_jobs.sinks import USER_METADATA
+
+    with control.paused(settings, spec.name):
+        where = locations.current(spec, settings.lake)
+        now = sources.identities(settings, spec.name, spec.topics)
+        held = applied.read(where.table)
+        changed = sorted(t for t, was in held.topics.items() if t in now and now[t] != was)
+        recreated = [t for t in changed if now[t].topic_id != held.topics[t].topic_id]
+        if not changed:
+            return Accepted([], [])
+        accepted = held
+        for topic in recreated:
+            accepted = accepted.without_topic(topic)
+        spark = build_spark_session(settings, app_name=f"cdcpipe-accept-topics-{spec.name}")
+        try:
+            with table_lock(where.table, holder="accept-topics"):
+                spark.conf.set(USER_METADATA, accepted.with_topics(now).metadata())
+                # An empty append is recorded only with an action: a marker of its own (Delta skips the rest).
+                empty = spark.read.format("delta").load(str(where.table)).limit(0)
+                (
+                    empty.write.format("delta")
+                    .mode("append")
+                    .option("txnAppId", "cdcpipe:accept-topics")
+                    .option("txnVersion", time.time_ns())
+                    .save(str(where.table))
+                )
+        finally:
+            spark.stop()
+        if recreated:
+            with KafkaPositions(settings.kafka_bootstrap) as kafka:
+                start = resolve_range(kafka, recreated, EARLIEST, LATEST).start
+            rewind(settings, spec, Position("offsets", offsets=start))
+    return Accepted(changed, recreated)

@@ -46,7 +46,8 @@ def run(
     lake = settings.lake
     where = locations.current(spec, lake)
     checkpoint = where.checkpoint
-    sources.require_topics(settings, spec)  # a missing topic: refused with the fix, not a Java trace
+    # A missing topic, or one not the table's (recreated, repartitioned): refused with the fix, not a Java trace.
+    topics = sources.check_topics(settings, spec, where.table)
     retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
     registry = default_registry()
@@ -62,7 +63,14 @@ def run(
         # where the batch's DataFrames write. Set on `spark`, an append of the batch committed without
         # them, and a second commit had to record the offsets: two commits, not one atomic one.
         ctx = BatchContext(
-            records.sparkSession, spec, where.table, where.dead_letters, identity, batch_id, event_ids=event_ids
+            records.sparkSession,
+            spec,
+            where.table,
+            where.dead_letters,
+            identity,
+            batch_id,
+            event_ids=event_ids,
+            topics=topics,
         )
         done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
         counts["applied"] += done

@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs import applied
-from streaming_jobs.applied import Interval
+from streaming_jobs.applied import Interval, TopicIdentity
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.event_ids import EventIds, Record, Split, split
 from streaming_jobs.jobs import EVENT_IDS_SUFFIX, JobSpec
@@ -76,6 +76,7 @@ class BatchContext:
     applied_metadata: str | None = None  # the offsets the table holds once this batch is in (streaming_jobs.applied)
     ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
     event_ids: EventIds | None = None  # a memory of the ids `event_ids_table` holds, kept between batches
+    topics: Mapping[str, TopicIdentity] = field(default_factory=dict)  # as checked when the run began
 
     @property
     def event_ids_table(self) -> Path:

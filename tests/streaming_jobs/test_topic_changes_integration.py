@@ -1,0 +1,96 @@
+"""Offsets that move under a job: a topic deleted and created again, partitions added to a topic.
+
+Each is refused with what happened and the ways on; `cdcpipe jobs accept-topics` is one of them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
+
+from tests.conftest import Stack, cdcpipe
+from tests.outbox_relay.test_relay_integration import wait_until
+from tests.streaming_jobs.test_jobs_integration import Job, make_job, opened
+
+pytestmark = pytest.mark.integration
+
+
+def publish(stack: Stack, topic: str, keys: list[str], partition: int | None = None) -> None:
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    for key in keys:
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("id", str(uuid.uuid4())),
+            ("eventType", "AccountOpened"),
+            ("eventVersion", "1"),
+        ]
+        if partition is None:
+            producer.produce(topic, key=key, value=opened(key), headers=headers)
+        else:
+            producer.produce(topic, key=key, value=opened(key), headers=headers, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def recreate(stack: Stack, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+            return
+        except KafkaException as exc:  # the deletion is still going on
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def accept(job: Job) -> str:
+    env = {**job.stack.process_env(), "CDCPIPE_JOBS_DIRS": str(job.folder), "CDCPIPE_LAKE": str(job.lake)}
+    result = cdcpipe("jobs", "accept-topics", job.name, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def keys(job: Job) -> list[str]:
+    return sorted(str(r["aggregate_id"]) for r in job.table())
+
+
+def test_a_recreated_topic_is_refused_and_once_accepted_is_read_from_its_start(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    job = make_job(stack, tmp_path, "event_log", [topic])
+    publish(stack, topic, ["old-0", "old-1", "old-2"])
+    job.run()
+    recreate(stack, topic)
+    # More records than the old topic had: Spark's checkpoint (offset 3) would resume past the first three.
+    publish(stack, topic, [f"new-{i}" for i in range(5)])
+    refused = job.run(check=False)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"topic {topic} was deleted and created again" in refused.stderr
+    assert f"cdcpipe jobs accept-topics {job.name}" in refused.stderr
+    assert keys(job) == ["old-0", "old-1", "old-2"]
+    assert "recreated: read again from its earliest offsets" in accept(job)
+    job.run()
+    assert keys(job) == ["new-0", "new-1", "new-2", "new-3", "new-4", "old-0", "old-1", "old-2"]
+
+
+def test_partitions_added_to_a_topic_are_refused_until_accepted(stack: Stack, topic: str, tmp_path: Path) -> None:
+    job = make_job(stack, tmp_path, "event_log", [topic])
+    publish(stack, topic, ["a", "b"])
+    job.run()
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+    wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3, 30, "3 partitions")
+    publish(stack, topic, ["c"], partition=2)
+    refused = job.run(check=False)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"topic {topic} has 3 partitions, 1 when the job's table last wrote" in refused.stderr
+    assert keys(job) == ["a", "b"]
+    assert "new partitions" in accept(job)
+    job.run()
+    assert keys(job) == ["a", "b", "c"]
