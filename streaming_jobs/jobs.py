@@ -51,7 +51,12 @@ class JobSpec(BaseModel):
     source_table: str | None = Field(
         None, description="schema.table whose row contract (schemas/tables/) the table kinds parse with"
     )
-    max_offsets_per_trigger: int | None = Field(None, ge=1, description="cap on records per micro-batch")
+    max_offsets_per_trigger: int = Field(
+        500_000,
+        ge=0,
+        description="cap on records per micro-batch, so a new job on a long topic does not read it whole in its "
+        "first batch (0: no cap)",
+    )
     optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
     dedupe_lookback_records: int = Field(
         100_000,

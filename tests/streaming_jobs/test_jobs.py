@@ -53,3 +53,8 @@ def test_tables_side_by_side_are_fine(tmp_path: Path) -> None:
 def test_a_job_name_is_never_a_path(name: str) -> None:
     with pytest.raises(StreamingError, match="is not a job name"):
         check_name(name)
+
+
+def test_a_jobs_batches_are_bounded_unless_it_says_otherwise(tmp_path: Path) -> None:
+    declare(tmp_path, "j", "out")
+    assert load_all([tmp_path])["j"].max_offsets_per_trigger == 500_000
