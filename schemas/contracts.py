@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, TypeChecker, validators
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.exceptions import ValidationError
 
@@ -24,6 +24,22 @@ from schemas.errors import ContractError, ContractViolationError, UnknownEventTy
 
 BUILTIN_DIR = Path(__file__).parent / "contracts"
 DIRS_VARIABLE = "CDCPIPE_CONTRACT_DIRS"
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _is_integer(_: TypeChecker, instance: object) -> bool:
+    """An integer as the readers hold one: a 64-bit whole number written without a fraction.
+
+    JSON Schema calls 5.0 an integer; Spark (Jackson) does not parse it into a long, nor anything beyond 64 bits,
+    so `emit` refuses both rather than write an event every job would dead-letter.
+    """
+    return isinstance(instance, int) and not isinstance(instance, bool) and INT64_MIN <= instance <= INT64_MAX
+
+
+# Draft 2020-12 with that integer: what `emit` accepts, a streaming job accepts.
+ContractValidator = validators.extend(
+    Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+)
 _FILE_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9_.-]*)\.v(?P<version>[1-9][0-9]*)\.json$")
 
 
@@ -43,6 +59,27 @@ class Contract:
         error = _first_error(self.validator.iter_errors(payload))
         if error is not None:
             raise ContractViolationError(self.event_type, self.version, _field_path(error), error.message)
+        unstorable = _unstorable(payload, "$")
+        if unstorable is not None:
+            raise ContractViolationError(self.event_type, self.version, *unstorable)
+
+
+def _unstorable(value: object, path: str) -> tuple[str, str] | None:
+    """(where, what) of the first text Postgres's jsonb cannot store (a NUL) or UTF-8 cannot encode."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return path, "contains a NUL character, which Postgres's jsonb cannot store"
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return path, "is not valid Unicode (a lone surrogate), which cannot be written as UTF-8"
+        return None
+    children: Iterable[tuple[str, object]] = ()
+    if isinstance(value, Mapping):
+        children = [(f"{path} (a key)", str(k)) for k in value] + [(f"{path}.{k}", v) for k, v in value.items()]
+    elif isinstance(value, list | tuple):
+        children = [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+    return next((found for where, item in children if (found := _unstorable(item, where))), None)
 
 
 def _first_error(errors: Iterable[ValidationError]) -> ValidationError | None:
@@ -125,7 +162,7 @@ def _load(path: Path) -> Contract:
         aggregate_type=aggregate_type,
         schema=schema,
         path=path,
-        validator=Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER),
+        validator=ContractValidator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER),
     )
 
 

@@ -91,3 +91,33 @@ def test_broken_contract_files_are_named(tmp_path: Path, name: str, schema: Mapp
     write(tmp_path, name, schema)
     with pytest.raises(ContractError, match=problem):
         ContractRegistry([tmp_path])
+
+
+@pytest.mark.parametrize(
+    ("amount", "says"),
+    [
+        (5.0, "is not of type 'integer'"),
+        (2**63, "is not of type 'integer'"),
+        (True, "is not of type 'integer'"),
+    ],
+)
+def test_an_integer_is_what_the_jobs_read_as_one(amount: object, says: str) -> None:
+    """JSON Schema calls 5.0 an integer; Spark does not, nor anything beyond 64 bits: emit refuses both."""
+    contract = default_registry().get("MoneyDeposited", 1)
+    contract.validate({"account_id": "a", "amount": 2**63 - 1, "currency": "EUR"})
+    with pytest.raises(ContractViolationError, match=says):
+        contract.validate({"account_id": "a", "amount": amount, "currency": "EUR"})
+
+
+@pytest.mark.parametrize(
+    ("account", "where", "says"),
+    [
+        ("a\x00b", "$.account_id", "NUL character"),
+        ("\ud800", "$.account_id", "lone surrogate"),
+    ],
+)
+def test_text_postgres_or_utf8_cannot_hold_is_refused(account: str, where: str, says: str) -> None:
+    contract = default_registry().get("MoneyDeposited", 1)
+    with pytest.raises(ContractViolationError, match=says) as caught:
+        contract.validate({"account_id": account, "amount": 1, "currency": "EUR"})
+    assert where in str(caught.value)
