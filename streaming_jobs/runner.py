@@ -129,14 +129,16 @@ def _batch_ranges(checkpoint: Path, batch_id: int) -> dict[Partition, Interval] 
 def optimize(spark: Any, where: locations.Location) -> None:
     """Compact the job's tables (small files from many micro-batches) so reads do not slow down.
 
-    Under the writer lock, and carrying the table's applied offsets forward, like any write of the job.
+    Under the writer lock, and carrying the table's applied offsets forward, like any write of the job. The
+    tables beside it (dead letters, event ids) carry no offsets of their own.
     """
     from delta.tables import DeltaTable
 
-    for path in (where.table, where.dead_letters):
+    for path in (where.table, where.dead_letters, where.event_ids):
         if DeltaTable.isDeltaTable(spark, str(path)):
-            with table_lock(path, holder="optimize"):
-                spark.conf.set(USER_METADATA, applied.read(path).metadata())
+            with table_lock(where.table, holder="optimize"):
+                if path == where.table:
+                    spark.conf.set(USER_METADATA, applied.read(path).metadata())
                 try:
                     DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
                 finally:

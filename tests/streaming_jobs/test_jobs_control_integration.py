@@ -149,20 +149,23 @@ def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, tmp_path
 
 
 def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, topic: str, tmp_path: Path) -> None:
-    name, env = job_env(stack, tmp_path, "event_log", topic)
+    """The job's table and the event ids beside it (a latest state keeps them there)."""
+    name, env = job_env(stack, tmp_path, "latest_state", topic)
     for wave in range(3):  # three runs, three appends: three small files
         send(stack, topic, [(f"w{wave}-{i}", "AccountOpened", opened(f"w{wave}-{i}"), None) for i in range(5)])
         assert cdcpipe("jobs", "submit", name, "--trigger", "available-now", env=env).returncode == 0
         wait_until(lambda: status(name, env)["running"] is False, 180, "the job to drain the topic")
-    table = DeltaTable(str(tmp_path / "lake" / "out"))
-    files_before = len(table.file_uris())
-    assert files_before >= 3
+    tables = [tmp_path / "lake" / "out", tmp_path / "lake" / "out_event_ids"]
+    files_before = [len(DeltaTable(str(t)).file_uris()) for t in tables]
+    assert min(files_before) >= 3
     result = cdcpipe("jobs", "optimize", name, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    table = DeltaTable(str(tmp_path / "lake" / "out"))
-    assert table.history(1)[0]["operation"] == "OPTIMIZE"
-    assert len(table.file_uris()) < files_before
+    for path, before in zip(tables, files_before, strict=True):
+        table = DeltaTable(str(path))
+        assert table.history(1)[0]["operation"] == "OPTIMIZE"
+        assert len(table.file_uris()) < before, path
     assert len(rows(tmp_path)) == 15, "compaction must not change the rows"
+    assert DeltaTable(str(tables[1])).to_pyarrow_table().num_rows == 15
 
 
 def test_a_job_whose_topic_does_not_exist_is_refused_at_submit_with_the_fix(
