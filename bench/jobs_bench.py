@@ -248,7 +248,8 @@ def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns:
     """Commit `rate` events/s for `seconds` into the outbox, open loop, from its own process; its report."""
     report: mp.Queue[dict[str, Any]] = mp.Queue()
     start_ns = start_ns or time.time_ns() + 1_000_000_000
-    generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, report))
+    # measured_from 0: every transaction of this run counts (the warm-up is a run of its own).
+    generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, 0, report))
     generator.start()
     # Read the report before joining: a child exits only once its queue is flushed into the pipe, and a
     # report larger than the pipe's buffer would otherwise leave both waiting on each other.
