@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from outbox_relay.errors import RedriveError
+from outbox_relay.errors import RedriveError, RelayError
 from outbox_relay.relay import backlog_sql, read_backlog_row
 from schemas.config import OutboxNames
 
@@ -128,6 +128,16 @@ class RelayStatus:
 
 def status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
     """Who leads, what publishing is stalled on, how much waits, how many dead letters."""
+    try:
+        return _status(conn, names)
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+        raise RelayError(
+            f"{exc.diag.message_primary}: the outbox {names.outbox_schema}.{names.outbox_table} is missing, or was "
+            "made by an older `cdcpipe schema apply`; run `cdcpipe schema apply` (it only adds what is missing)"
+        ) from exc
+
+
+def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
     leader = conn.execute(
         "SELECT a.application_name || ' (pid ' || a.pid || coalesce(', from ' || host(a.client_addr), '') || ')' "
         "FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a USING (pid) "

@@ -343,6 +343,20 @@ class Relay:
                 "the relay's role may not use its schema): create it with `cdcpipe schema apply`, or point "
                 "CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
             )
+        # Objects later versions of `schema apply` add: an outbox made by an older one lacks them.
+        status = sql.Identifier(names.outbox_schema, names.relay_status_table).as_string(conn)
+        dead = sql.Identifier(names.outbox_schema, names.dead_letter_table).as_string(conn)
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT FROM pg_catalog.pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attname = 'overtaken' AND NOT attisdropped)",
+            (status, dead),
+        ).fetchone()
+        if row is None or not all(row):
+            raise RelayError(
+                f"the outbox {names.outbox_schema}.{names.outbox_table} was made by an older `cdcpipe schema apply`: "
+                f"this relay needs {status} and the dead letters' `overtaken` column. Run `cdcpipe schema apply` "
+                "again (it only adds what is missing), then start the relay"
+            )
 
     def _read_dead_aggregates(self, conn: psycopg.Connection[Any]) -> set[tuple[str, str]]:
         rows = conn.execute(

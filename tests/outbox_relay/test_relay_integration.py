@@ -26,6 +26,7 @@ from outbox_relay import relay as relay_module
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import RelayError
 from outbox_relay.relay import Relay, backlog_sql, take, take_after_sql, take_sql
+from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
@@ -520,6 +521,23 @@ def test_a_relay_pointed_at_no_outbox_says_so_and_how_to_create_it(stack: Stack,
     relay = Relay(outbox.relay_settings(stack), names)
     with pytest.raises(RelayError, match=r"outbox table .*_missing\.outbox does not exist.*cdcpipe schema apply"):
         relay.run()
+
+
+def test_a_relay_on_an_outbox_of_an_older_schema_apply_says_to_run_it_again(stack: Stack, outbox: Outbox) -> None:
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP TABLE {}").format(sql.Identifier(outbox.names.outbox_schema, outbox.names.relay_status_table))
+        )
+    relay = Relay(outbox.relay_settings(stack), outbox.names)
+    with pytest.raises(RelayError, match=r"made by an older `cdcpipe schema apply`.*Run `cdcpipe schema apply` again"):
+        relay.run()
+    with psycopg.connect(outbox.dsn) as conn:
+        schema_outbox.apply(conn, outbox.names, outbox.schema_settings)
+    ids = outbox.insert([("order", "o-1", "OrderPlaced", {"n": 1})])
+    with relay_thread(outbox.relay_settings(stack), outbox):
+        wait_until(lambda: outbox.count() == 0, 30, "the relay to publish once the schema is applied again")
+    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1, timeout_s=30)
+    assert [r.headers["id"].decode() for r in records] == ids
 
 
 def test_a_failed_take_rolls_back_and_raises_postgres_own_error(outbox: Outbox) -> None:

@@ -174,3 +174,11 @@ def test_redrive_puts_dead_letters_back_under_their_seq_and_keeps_aggregate_orde
     # Redriven with --allow-reorder: after the later event of k-1, as the redrive said it would be.
     assert keyed[b"k-1"] == [ids[1].encode(), ids[0].encode()]
     assert json.loads(next(r.value for r in records if r.headers["id"] == ids[0].encode()) or b"")["text"] == big
+
+
+def test_relay_status_on_an_outbox_that_is_not_there_says_how_to_make_it(stack: Stack, outbox: Outbox) -> None:
+    env = outbox.relay_env(stack, CDCPIPE_OUTBOX_SCHEMA=f"{outbox.names.outbox_schema}_missing")
+    result = cdcpipe("relay", "status", env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "run `cdcpipe schema apply`" in result.stderr
+    assert "Traceback" not in result.stderr
