@@ -181,14 +181,3 @@ def _configure(admin: AdminClient, spec: TopicSpec, *, dry_run: bool) -> list[st
         except KafkaException as exc:
             raise TopicError(f"setting {sorted(changed)} on topic {spec.name} failed: {exc.args[0]}") from exc
     return [f"{k}={v}" for k, v in changed.items()]
-
-
-def missing_topics(admin_config: dict[str, Any], topics: Iterable[str], timeout_s: float = 15) -> list[str]:
-    """The topics among `topics` the cluster does not have (in the order given)."""
-    try:
-        metadata = AdminClient(admin_config).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise TopicError(
-            f"cannot reach Kafka to read its topics ({exc.args[0]}); check CDCPIPE_KAFKA_BOOTSTRAP"
-        ) from exc
-    return [t for t in topics if t not in metadata.topics]
