@@ -1,0 +1,82 @@
+"""The chaos soak's checks see each fault they are meant to see (and nothing on a clean read model)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from tests.bench.conftest import load_bench_module
+
+checks: Any = load_bench_module("chaos_checks")
+Event = checks.Event
+
+EVENTS = [Event("e1", "a", 1), Event("e2", "b", 2), Event("e3", "a", 3)]
+TABLE = {"a": {"id": "a", "balance": 30, "changes": 2}, "b": {"id": "b", "balance": 5, "changes": 1}}
+
+
+def counts(verdict: Any) -> tuple[int, int, int | None, int]:
+    return verdict.missing, verdict.doubled, verdict.out_of_order, verdict.unknown
+
+
+def test_event_log() -> None:
+    expected = {"e1", "e2", "e3"}
+    rows = [{"event_id": e} for e in ("e1", "e2", "e3")]
+    assert checks.event_log(expected, set(), rows).clean
+    assert counts(checks.event_log(expected, set(), rows[:2] + rows[:1])) == (1, 1, 0, 0)
+    assert counts(checks.event_log(expected, {"m"}, [*rows, {"event_id": "m"}, {"event_id": "x"}])) == (0, 0, 0, 1)
+
+
+def test_first_copy_order_skips_copies_sent_again() -> None:
+    sequence = {"e1": 1, "e3": 3}
+    in_order = [(0, 0, b"a", "e1"), (0, 1, b"a", "e3"), (0, 2, b"a", "e1")]
+    assert checks.first_copy_order(in_order, sequence) == 0
+    assert checks.first_copy_order([(0, 0, b"a", "e3"), (0, 1, b"a", "e1")], sequence) == 1
+
+
+def test_latest_state() -> None:
+    rows = [{"aggregate_id": "a", "event_id": "e3"}, {"aggregate_id": "b", "event_id": "e2"}]
+    assert checks.latest_state(EVENTS, rows).clean
+    stale = [{"aggregate_id": "a", "event_id": "e1"}]
+    assert counts(checks.latest_state(EVENTS, stale)) == (1, 0, 1, 0)
+    assert counts(checks.latest_state(EVENTS, [*rows, rows[0], {"aggregate_id": "z", "event_id": "q"}])) == (
+        0,
+        1,
+        0,
+        1,
+    )
+
+
+def test_projection() -> None:
+    truth = {"a": 30, "b": 5}
+    assert checks.projection(truth, [{"account_id": "a", "balance": 30}, {"account_id": "b", "balance": 5}]).clean
+    verdict = checks.projection(truth, [{"account_id": "a", "balance": 60}])
+    assert counts(verdict) == (1, 1, None, 0)
+    assert not verdict.clean
+
+
+def test_mirror() -> None:
+    rows = [dict(r) for r in TABLE.values()]
+    assert checks.mirror(TABLE, rows, ("balance", "changes")).clean
+    older = [{"id": "a", "balance": 10, "changes": 1}, rows[1], rows[1]]
+    assert counts(checks.mirror(TABLE, older, ("balance", "changes"))) == (0, 1, 1, 0)
+    assert counts(checks.mirror(TABLE, [rows[0]], ("balance", "changes"))) == (1, 0, 0, 0)
+
+
+def version(key: str, changes: int, lsn: int, current: bool) -> dict[str, Any]:
+    return {"id": key, "changes": changes, "_lsn": lsn, "is_current": current, "valid_from": datetime.now()}
+
+
+def test_history() -> None:
+    clean = [version("a", 0, 1, False), version("a", 1, 5, False), version("a", 2, 9, True)]
+    clean += [version("b", 0, 1, False), version("b", 1, 3, True)]
+    assert checks.history(TABLE, clean).clean
+    # a change missing, one applied twice (a second current row), and a version number out of LSN order
+    broken = [version("a", 0, 1, False), version("a", 2, 9, True), version("a", 2, 11, True)]
+    broken += [version("b", 1, 1, False), version("b", 0, 3, True)]
+    assert counts(checks.history(TABLE, broken)) == (1, 1, 3, 0)
+    assert counts(checks.history(TABLE, [*clean, version("a", 3, 12, False), version("z", 0, 1, True)])) == (
+        0,
+        0,
+        1,
+        2,
+    )
