@@ -197,11 +197,16 @@ relay_app = typer.Typer(
 app.add_typer(relay_app, name="relay")
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 @relay_app.command("run")
 def relay_run(
     log_level: str = typer.Option("INFO", help="DEBUG, INFO, WARNING or ERROR"),
 ) -> None:
     """Publish until SIGTERM or Ctrl-C (then finish the batch in flight and exit 0)."""
+    if log_level.upper() not in LOG_LEVELS:
+        raise typer.BadParameter(f"{log_level!r} is not a log level: use one of {', '.join(LOG_LEVELS)}")
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings, names = RelaySettings.load(), OutboxNames.load()
     stop = threading.Event()
@@ -216,7 +221,7 @@ def relay_run(
 def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The leading relay, what publishing is stalled on (if anything), the backlog and the dead letters."""
     settings, names = RelaySettings.load(), OutboxNames.load()
-    with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+    with redrive.connect(settings.pg_dsn.get_secret_value()) as conn:
         report = redrive.status(conn, names)
     if as_json:
         typer.echo(json.dumps(asdict(report), indent=2, default=str))
@@ -246,7 +251,7 @@ def relay_redrive(
 ) -> None:
     """Put dead letters back into the outbox under their own seq, to be published once their cause is fixed."""
     names, settings = OutboxNames.load(), SchemaSettings.load()
-    with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+    with redrive.connect(settings.pg_dsn.get_secret_value()) as conn:
         result = redrive.redrive(
             conn, names, reason=reason, aggregate_type=aggregate_type, allow_reorder=allow_reorder, dry_run=dry_run
         )
@@ -436,10 +441,10 @@ def connectors_offsets(words: list[str] = typer.Argument(..., metavar="[reset] N
     """Show a connector's source offsets, or `offsets reset NAME` (the connector must be stopped)."""
     client, _ = _connect()
     with client:
-        if len(words) == 2 and words[0] == "reset":
+        if words[0] == "reset" and len(words) == 2:
             connector_commands.reset_offsets(client, words[1])
             typer.echo(f"{words[1]}: offsets reset; `cdcpipe connectors resume {words[1]}` starts it from scratch")
-        elif len(words) == 1:
+        elif len(words) == 1 and words[0] != "reset":
             typer.echo(json.dumps(client.offsets(words[0]), indent=2))
         else:
             raise ConnectError("usage: cdcpipe connectors offsets NAME | cdcpipe connectors offsets reset NAME")

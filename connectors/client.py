@@ -121,14 +121,22 @@ class ConnectClient:
         raise ConnectError(f"{method} {url} -> HTTP {response.status_code}: {message}")
 
 
-def _q(part: str) -> str:
-    return quote(part, safe="")
+def _q(name: str) -> str:
+    """A connector (or plugin) name as one path segment; a name no REST path can carry is refused here."""
+    if not name.strip() or "/" in name:
+        raise ConnectError(
+            f"{name!r} is not a connector name: Kafka Connect's REST API cannot address an empty name or one "
+            "with '/'; `cdcpipe connectors list` shows the names"
+        )
+    return quote(name, safe="")
 
 
 def _message(response: httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:
+        if "html" in response.headers.get("content-type", ""):
+            return response.reason_phrase  # the web server's error page (Jetty's), not Connect's message
         return response.text.strip()[:500] or response.reason_phrase
     if isinstance(body, dict) and "message" in body:
         return str(body["message"])

@@ -75,6 +75,8 @@ def _definition(data: Any, path: Path) -> Definition:
         raise DefinitionError(str(path), {"(file)": ['expected {"name": "...", "config": {...}}']})
     config = {str(k): _as_text(v) for k, v in data["config"].items()}
     problems: dict[str, list[str]] = {}
+    if not data["name"].strip() or "/" in data["name"]:
+        problems["name"] = ["empty or with '/': Kafka Connect's REST API cannot address such a connector"]
     if "connector.class" not in config:
         problems["connector.class"] = [
             "missing: the plugin class, e.g. io.debezium.connector.postgresql.PostgresConnector"

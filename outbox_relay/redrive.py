@@ -13,6 +13,8 @@ Application inserts wait the same few milliseconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,20 @@ from psycopg import sql
 from outbox_relay.errors import RedriveError, RelayError
 from outbox_relay.relay import backlog_sql, read_backlog_row
 from schemas.config import OutboxNames
+
+
+@contextmanager
+def connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for the relay's commands; an unreachable Postgres is a RelayError with the fix."""
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise RelayError(
+            f"cannot connect to Postgres ({str(exc).strip()}); check CDCPIPE_PG_DSN and PGPASSFILE "
+            "(`cdcpipe stack env` prints the local stack's)"
+        ) from exc
+    with conn:
+        yield conn
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcpipe.processes import TrackedProcess
 from streaming_jobs import locations, sources
@@ -135,6 +135,11 @@ def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
                 _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
                 at = reached.get((topic, partition))
                 rows.append(PartitionLag(topic, partition, at, high, high - (at or 0)))
+    except KafkaException as exc:
+        raise StreamingError(
+            f"cannot read the offsets of {', '.join(spec.topics)} from Kafka at {settings.kafka_bootstrap} "
+            f"({exc.args[0].str() if exc.args else exc}); check CDCPIPE_KAFKA_BOOTSTRAP and `cdcpipe stack status`"
+        ) from exc
     finally:
         consumer.close()
     return rows

@@ -18,6 +18,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
 
+from cdcpipe.errors import CdcpipeError
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.spark_session import build_spark_session
 
@@ -61,9 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", help="local[N] or spark://HOST:PORT (default: CDCPIPE_SPARK_MASTER)")
     args = parser.parse_args(argv)
     overrides = {"spark_master": args.master} if args.master else {}
-    settings = SparkSettings.load(**overrides)
     started = time.monotonic()
-    spark = build_spark_session(settings, app_name=f"cdcpipe-stack-check-{args.topic}")
+    try:
+        settings = SparkSettings.load(**overrides)
+        spark = build_spark_session(settings, app_name=f"cdcpipe-stack-check-{args.topic}")
+    except CdcpipeError as exc:  # the parent shows stderr: the message, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         rows = topic_to_delta(spark, settings.kafka_bootstrap, args.topic, args.table.resolve())
         master = spark.sparkContext.master

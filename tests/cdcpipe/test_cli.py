@@ -1,0 +1,74 @@
+"""Every command answers bad arguments (and an unreachable service) with its stage's error and the fix."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from cdcpipe import cli
+from cdcpipe.errors import CdcpipeError
+
+# Nothing listens on port 9 here: each service is refused at once, as when the stack is down.
+UNREACHABLE = {
+    "CDCPIPE_PG_DSN": "postgresql://nobody@127.0.0.1:9/none",
+    "CDCPIPE_CONNECT_URL": "http://127.0.0.1:9",
+    "CDCPIPE_KAFKA_BOOTSTRAP": "127.0.0.1:9",
+}
+
+CASES = [
+    (["jobs", "submit", "../x"], "is not a job name"),
+    (["jobs", "submit", "no_such_job"], "no job named 'no_such_job'"),
+    (["jobs", "status", "/etc"], "is not a job name"),
+    (["jobs", "stop", "/etc"], "is not a job name"),
+    (["jobs", "optimize", "no_such_job"], "no job named"),
+    (["jobs", "accept-topics", "../x"], "is not a job name"),
+    (["jobs", "rewind", "account_events", "--to", "yesterday"], "is not a position"),
+    (["jobs", "rewind", "account_events", "--to", "1960-01-01T00:00:00Z"], "before 1970"),
+    (["jobs", "status", "account_events"], "cannot read the offsets"),
+    (["backfill", "account_events", "--from", "1960-01-01"], "before 1970"),
+    (["backfill", "account_events", "--from", "earliest", "--to", "soon"], "is not a position"),
+    (["backfill", "account_events", "--from", "earliest", "--chunk-size", "0"], "greater than or equal to 1"),
+    (["replay", "no_such_job"], "no job named"),
+    (["connectors", "apply", "/no/such/file.json"], "no such file"),
+    (["connectors", "status", "a/b"], "is not a connector name"),
+    (["connectors", "offsets", "reset"], "usage: cdcpipe connectors offsets"),
+    (["connectors", "offsets", "reset", "a", "b"], "usage: cdcpipe connectors offsets"),
+    (["connectors", "list"], "does not answer"),
+    (["connectors", "drop-slot", "some_slot", "--yes"], "does not answer"),
+    (["relay", "run", "--log-level", "LOUD"], "is not a log level"),
+    (["relay", "status"], "cannot connect to Postgres"),
+    (["relay", "redrive", "--dry-run"], "cannot connect to Postgres"),
+    (["schema", "apply"], "cannot connect to Postgres"),
+    (["topics", "apply", "--dry-run"], "cannot reach Kafka"),
+    (["stack", "up", "--no-such-option"], "No such option"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_arguments_get_the_stages_error_not_a_traceback(
+    args: list[str], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in UNREACHABLE.items():
+        monkeypatch.setenv(key, value)
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code != 0
+    if isinstance(result.exception, CdcpipeError):
+        message = str(result.exception)  # main() prints it as `error: ...` and exits 2
+    else:
+        assert isinstance(result.exception, SystemExit), f"a traceback: {result.exception!r}"
+        message = result.output  # a usage error, with the option named
+    assert says in message
+
+
+def test_main_prints_a_stage_error_as_a_message_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["cdcpipe", "jobs", "stop", "../x"])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: '../x' is not a job name")
+    assert "Traceback" not in err
