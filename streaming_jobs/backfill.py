@@ -29,11 +29,11 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from schemas.contracts import default_registry
 from streaming_jobs import applied, sources
 from streaming_jobs.applied import TopicIdentity
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.contracts_spark import checked_registry
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.locations import Location
 from streaming_jobs.positions import Offsets, Range
@@ -114,7 +114,7 @@ def apply_range(
     topics = sources.check_topics(settings, spec, where.table)
     if reduce and spec.kind == "latest_state":
         return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress, topics)
-    registry = default_registry()
+    registry = checked_registry(spark)
     # The chunks' ids are their indexes, so the id names the chunk size: a rerun cut into other chunks must
     # not find chunk N of the first run "already written" and skip records it never held.
     identity = _identity(where, purpose, span, f":chunks of {chunk_size}")
@@ -158,7 +158,7 @@ def _apply_reduced(
     Each round, every unfinished partition is read until its end or until it kept its share of
     `chunk_size` records; Spark applies what the round kept as one batch covering exactly what it read.
     """
-    registry = default_registry()
+    registry = checked_registry(spark)
     contracts = tuple((c.event_type, c.version, dict(c.schema)) for c in registry)
     identity = _identity(where, purpose, span, ":reduced")
     started = time.monotonic()

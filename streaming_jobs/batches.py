@@ -18,7 +18,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
-from streaming_jobs import applied, outbox_events, sources, table_changes
+from streaming_jobs import applied, outbox_events, poison, sources, table_changes
 from streaming_jobs.jobs import TABLE_KINDS
 from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
@@ -29,6 +29,7 @@ from streaming_jobs.sinks import (
     event_log,
     latest_state,
     projection,
+    record_only,
     write_dead_letters,
 )
 from streaming_jobs.sinks_tables import table_history, table_mirror
@@ -95,23 +96,9 @@ def handle_batch(
             if dead:
                 write_dead_letters(classified, ctx)
             valid = classified if ctx.job.kind == "event_log" else drop_resent(classified, ctx)
-            done = HANDLERS[ctx.job.kind](valid, ctx)
+            done, poisoned = poison.apply(HANDLERS[ctx.job.kind], valid, ctx)
         finally:
             classified.unpersist()
         if not applied.read(ctx.table).covers(ranges):
-            _record_only(ctx)
-        return done, dead
-
-
-def _record_only(ctx: BatchContext) -> None:
-    """Commit the batch's intervals alone, for a batch whose handler made no commit (say, all dead letters).
-
-    Without it the table would not know it holds these offsets, and a later rewind or backfill over them
-    would send their dead letters again.
-    """
-    from delta.tables import DeltaTable
-
-    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        empty = ctx.spark.read.format("delta").load(str(ctx.table)).limit(0)
-        with ctx.idempotent():
-            empty.write.format("delta").mode("append").save(str(ctx.table))
+            record_only(ctx)
+        return done, dead + poisoned

@@ -10,10 +10,12 @@ fields, unexpected fields when `additionalProperties` is false, and, on top-leve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pyspark.sql import Column
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import (
     ArrayType,
@@ -26,9 +28,41 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from schemas.contracts import Contract
+from schemas.contracts import Contract, ContractRegistry, default_registry
+from streaming_jobs.errors import ContractPatternError
 
 CORRUPT = "_corrupt_record"
+
+
+def checked_registry(spark: SparkSession) -> ContractRegistry:
+    """The contracts a job classifies with, each `pattern` first compiled by Java's regex (see check_patterns)."""
+    registry = default_registry()
+    check_patterns(spark, registry)
+    return registry
+
+
+def check_patterns(spark: SparkSession, contracts: Iterable[Contract]) -> None:
+    """Refuse a contract whose `pattern` Java's regex cannot compile, before any batch runs.
+
+    `emit` checks patterns with Python's `re`, Spark's `rlike` with java.util.regex: a pattern only Python
+    accepts would fail every batch holding such an event, after every restart.
+    """
+    compile_java = spark.sparkContext._jvm.java.util.regex.Pattern.compile  # type: ignore[union-attr]
+    for contract in contracts:
+        for name, rules in contract.schema.get("properties", {}).items():
+            pattern = rules.get("pattern") if isinstance(rules, Mapping) else None
+            if pattern is None:
+                continue
+            try:
+                compile_java(pattern)
+            except (Py4JJavaError, PySparkException) as exc:  # PySpark converts PatternSyntaxException
+                reason = str(exc).strip().splitlines()[0]
+                raise ContractPatternError(
+                    f"contract {contract.event_type} v{contract.version} ({contract.path}): $.{name} has pattern "
+                    f"{pattern!r}, which is not a Java regular expression ({reason}); Spark checks patterns "
+                    "with Java's regex and emit() with Python's: write it in syntax both accept (for a named "
+                    "group (?P<name>...), a plain group (...))"
+                ) from exc
 
 
 def spark_type(schema: Mapping[str, Any]) -> DataType:

@@ -11,3 +11,7 @@ class StreamingError(CdcpipeError):
 
 class SparkJarsMissingError(StreamingError):
     """The Kafka source or Delta jars are not installed where the session looks for them."""
+
+
+class ContractPatternError(StreamingError):
+    """A contract's `pattern` is one Java's regex (which Spark checks with) cannot compile."""

@@ -22,12 +22,12 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from cdcpipe.errors import CdcpipeError
-from schemas.contracts import default_registry
 from streaming_jobs import applied, locations, retention, sources
 from streaming_jobs.applied import Interval
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.checkpoints import batch_end
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.contracts_spark import checked_registry
 from streaming_jobs.event_ids import EventIds
 from streaming_jobs.jobs import JobSpec, find
 from streaming_jobs.locks import table_lock
@@ -50,7 +50,7 @@ def run(
     topics = sources.check_topics(settings, spec, where.table)
     retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
-    registry = default_registry()
+    registry = checked_registry(spark)
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
     # The look-back of applied event ids, kept between micro-batches instead of read from a table by each.

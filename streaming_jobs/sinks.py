@@ -77,6 +77,14 @@ class BatchContext:
     ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
     event_ids: EventIds | None = None  # a memory of the ids `event_ids_table` holds, kept between batches
     topics: Mapping[str, TopicIdentity] = field(default_factory=dict)  # as checked when the run began
+    # The Delta transaction marker of this write when it is not (app_id, batch_id): a piece of a batch that
+    # failed on a poison record (streaming_jobs.poison) is one write of its own.
+    txn: tuple[str, int] | None = None
+
+    @property
+    def marker(self) -> tuple[str, int]:
+        """(txnAppId, txnVersion) of this write: Delta skips a write whose marker the table already has."""
+        return self.txn or (self.app_id, self.batch_id)
 
     @property
     def event_ids_table(self) -> Path:
@@ -94,8 +102,9 @@ class BatchContext:
         commit to the job's table here: the intervals are true once that commit is in.
         """
         conf = self.spark.conf
-        conf.set("spark.databricks.delta.write.txnAppId", self.app_id)
-        conf.set("spark.databricks.delta.write.txnVersion", str(self.batch_id))
+        app, version = self.marker
+        conf.set("spark.databricks.delta.write.txnAppId", app)
+        conf.set("spark.databricks.delta.write.txnVersion", str(version))
         if self.applied_metadata:
             conf.set(USER_METADATA, self.applied_metadata)
         try:
@@ -104,6 +113,18 @@ class BatchContext:
             conf.unset("spark.databricks.delta.write.txnAppId")
             conf.unset("spark.databricks.delta.write.txnVersion")
             conf.unset(USER_METADATA)
+
+
+def record_only(ctx: BatchContext) -> None:
+    """Commit the batch's intervals alone, for a batch whose handler made no commit (say, all dead letters).
+
+    Without it the table would not know it holds these offsets, and a later rewind or backfill over them
+    would send their dead letters again.
+    """
+    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        empty = ctx.spark.read.format("delta").load(str(ctx.table)).limit(0)
+        with ctx.idempotent():
+            empty.write.format("delta").mode("append").save(str(ctx.table))
 
 
 def count_dead(events: DataFrame) -> int:
@@ -130,8 +151,8 @@ def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:
         )
         .write.format("delta")
         .mode("append")
-        .option("txnAppId", ctx.app_id)
-        .option("txnVersion", ctx.batch_id)
+        .option("txnAppId", ctx.marker[0])
+        .option("txnVersion", ctx.marker[1])
         .save(str(ctx.dead_letters))
     )
 
@@ -150,7 +171,7 @@ def rows_added(ctx: BatchContext) -> int:
     """
     commit = applied.newest_commit(ctx.table)
     txn: dict[str, Any] = next((a["txn"] for a in commit if "txn" in a), {})
-    if txn.get("appId") != ctx.app_id or txn.get("version") != ctx.batch_id:
+    if (txn.get("appId"), txn.get("version")) != ctx.marker:
         return 0
     for action in commit:
         metrics = action.get("commitInfo", {}).get("operationMetrics", {})

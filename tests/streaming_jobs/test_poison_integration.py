@@ -1,0 +1,74 @@
+"""A record a batch fails on (a poison) is dead-lettered with its coordinates; the rest applies, the job goes on.
+
+Without this a job fails on the same batch after every restart: the offsets never move past the poison.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Stack
+from tests.streaming_jobs.test_jobs_integration import deposit, make_job, opened, send
+
+pytestmark = pytest.mark.integration
+
+BIG = 2**63 - 100  # a valid 64-bit amount; the second deposit to the same account overflows its balance
+
+
+def test_a_projection_overflow_dead_letters_the_record_it_fails_on(stack: Stack, topic: str, tmp_path: Path) -> None:
+    job = make_job(stack, tmp_path, "projection", [topic], projection="streaming_jobs.projections.balances:apply")
+    send(
+        stack,
+        topic,
+        [
+            ("a", "AccountOpened", opened("a"), None),
+            ("b", "AccountOpened", opened("b"), None),
+            ("c", "AccountOpened", opened("c"), None),
+            ("a", "MoneyDeposited", deposit("a", 10), None),
+            ("c", "MoneyDeposited", deposit("c", BIG), None),
+            ("b", "MoneyDeposited", deposit("b", 5), None),
+            ("c", "MoneyDeposited", deposit("c", 200), None),  # offset 6: c's balance would pass 2**63 - 1
+            ("a", "MoneyDeposited", deposit("a", 1), None),
+        ],
+    )
+    job.run()
+    assert {r["account_id"]: r["balance"] for r in job.table()} == {"a": 11, "b": 5, "c": BIG}
+    (dead,) = job.table("_dead_letters")
+    assert dead["kafka_offset"] == 6
+    assert dead["topic"] == topic
+    assert "ARITHMETIC_OVERFLOW" in str(dead["error"])
+    assert isinstance(dead["value"], bytes)
+    assert json.loads(dead["value"])["amount"] == 200
+    # The job is not stuck on it: the next run applies what comes next, and nothing twice.
+    send(stack, topic, [("a", "MoneyDeposited", deposit("a", 4), None)])
+    job.run()
+    assert {r["account_id"]: r["balance"] for r in job.table()} == {"a": 15, "b": 5, "c": BIG}
+    assert len(job.table("_dead_letters")) == 1
+
+
+def test_a_contract_pattern_java_cannot_compile_is_refused_when_the_job_starts(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    contracts = tmp_path / "contracts"
+    contracts.mkdir()
+    # Python's re accepts a (?P<name>...) group; Java's regex, which Spark's rlike uses, does not.
+    (contracts / "Tagged.v1.json").write_text(
+        json.dumps(
+            {
+                "x-aggregate-type": "tag",
+                "type": "object",
+                "properties": {"code": {"type": "string", "pattern": "^(?P<code>[A-Z]{3})$"}},
+            }
+        )
+    )
+    send(stack, topic, [("t", "Tagged", json.dumps({"code": "ABC"}), None)])
+    job = make_job(stack, tmp_path, "event_log", [topic], env={"CDCPIPE_CONTRACT_DIRS": str(contracts)})
+    run = job.run(check=False)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Tagged v1" in run.stderr
+    assert "$.code" in run.stderr
+    assert "not a Java regular expression" in run.stderr
+    assert "Traceback" not in run.stderr
