@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 INFRA = REPO / "infra"
 VERSIONS_FILE = INFRA / "versions.toml"
 JARS_POM = INFRA / "jars.pom.xml"
+TRANSFORMS = REPO / "connectors" / "transforms"  # our own Connect transforms, built from source
 MAVEN_SETTINGS = INFRA / "maven-settings.xml"
 # The whole dependency closure at the versions tested (`make lock` writes it), so a transitive
 # dependency cannot move under us between two machines.
@@ -39,6 +40,7 @@ JAR_PROFILES = {
     "debezium-postgres": LIB / "plugins" / "debezium-connector-postgres",
     "spark": LIB / "spark",
 }
+TRANSFORMS_PLUGIN = LIB / "plugins" / "cdcpipe-transforms"
 
 
 class InstallError(Exception):
@@ -215,6 +217,41 @@ def jars(versions: dict[str, dict[str, str]]) -> None:
         log(f"jars {profile}: {count} jars in {time.monotonic() - started:.0f}s")
 
 
+def transforms(versions: dict[str, dict[str, str]]) -> None:
+    """Build connectors/transforms/ (cdcpipe's Connect transforms) into a plugin folder of its own."""
+    stack = versions["stack"]
+    sources = sorted(p for p in TRANSFORMS.rglob("*") if p.is_file() and "target" not in p.parts)
+    wanted = digest(VERSIONS_FILE.read_bytes(), MAVEN_SETTINGS.read_bytes(), *(p.read_bytes() for p in sources))
+    stamp = TRANSFORMS_PLUGIN.parent / f".{TRANSFORMS_PLUGIN.name}.installed"
+    if stamp_matches(stamp, wanted) and any(TRANSFORMS_PLUGIN.glob("*.jar")):
+        log(f"transforms: up to date ({TRANSFORMS_PLUGIN})")
+        return
+    started = time.monotonic()
+    build = LIB / "build" / "transforms"
+    shutil.rmtree(build, ignore_errors=True)
+    props = {
+        "version.kafka": stack["kafka"],
+        "version.maven.resources.plugin": stack["maven_resources_plugin"],
+        "version.maven.compiler.plugin": stack["maven_compiler_plugin"],
+        "version.maven.surefire.plugin": stack["maven_surefire_plugin"],
+        "version.maven.jar.plugin": stack["maven_jar_plugin"],
+        "build.dir": str(build),
+    }
+    log("transforms: building with Maven")
+    run(
+        ["mvn", "-q", "-B", "-s", str(MAVEN_SETTINGS), "-f", str(TRANSFORMS / "pom.xml")]
+        + [f"-D{k}={v}" for k, v in props.items()]
+        + ["-DskipTests", "package"],
+        "Maven build of connectors/transforms",
+    )
+    shutil.rmtree(TRANSFORMS_PLUGIN, ignore_errors=True)
+    TRANSFORMS_PLUGIN.mkdir(parents=True)
+    for jar in build.glob("*.jar"):
+        shutil.copy2(jar, TRANSFORMS_PLUGIN / jar.name)
+    stamp.write_text(wanted + "\n")
+    log(f"transforms: built in {time.monotonic() - started:.0f}s")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Install every missing part; exit 1 with the failing step named."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -227,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             system_packages(versions)
         virtualenv(versions)
         jars(versions)
+        transforms(versions)
     except InstallError as exc:
         print(f"[install] error: {exc}", file=sys.stderr)
         return 1

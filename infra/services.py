@@ -438,6 +438,7 @@ class Connect(Service):
         s = self.settings
         plugins = s.lib / "plugins"
         self._jars(plugins / "debezium-connector-postgres")
+        self._jars(plugins / "cdcpipe-transforms")
         self.config_file.write_text(
             properties(
                 {
