@@ -45,7 +45,7 @@ from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
-from streaming_jobs.runner import PROGRESS_FILE
+from streaming_jobs.checkpoints import PROGRESS_FILE
 
 RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 4

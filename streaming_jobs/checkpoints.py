@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 from streaming_jobs.positions import Offsets
+
+# What a running job writes into its checkpoint folder for `cdcpipe jobs status` (Spark's own files aside).
+PROGRESS_FILE = "cdcpipe_progress.json"
 
 
 def batch_end(checkpoint: Path, batch_id: int) -> Offsets | None:
@@ -30,3 +35,13 @@ def committed_offsets(checkpoint: Path) -> Offsets:
     commits_dir = checkpoint / "commits"
     commits = [int(p.name) for p in commits_dir.glob("[0-9]*")] if commits_dir.is_dir() else []
     return (batch_end(checkpoint, max(commits)) or {}) if commits else {}
+
+
+def write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:
+    """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads)."""
+    # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
+    rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
+    record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
+    tmp = checkpoint / (PROGRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps(record, default=str))
+    tmp.replace(checkpoint / PROGRESS_FILE)

@@ -23,11 +23,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from cdcpipe.processes import TrackedProcess
 from streaming_jobs import locations, sources
-from streaming_jobs.checkpoints import committed_offsets
+from streaming_jobs.checkpoints import PROGRESS_FILE, committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec, check_name, find, load_all
-from streaming_jobs.runner import PROGRESS_FILE
 
 
 def tracked(settings: SparkSettings, name: str) -> TrackedProcess:

@@ -25,7 +25,7 @@ from cdcpipe.errors import CdcpipeError
 from streaming_jobs import applied, locations, retention, sources
 from streaming_jobs.applied import Interval
 from streaming_jobs.batches import handle_batch
-from streaming_jobs.checkpoints import batch_end
+from streaming_jobs.checkpoints import batch_end, write_progress
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.contracts_spark import checked_registry
 from streaming_jobs.event_ids import EventIds
@@ -34,8 +34,6 @@ from streaming_jobs.locks import table_lock
 from streaming_jobs.positions import Partition
 from streaming_jobs.sinks import USER_METADATA, BatchContext, app_id
 from streaming_jobs.spark_session import build_spark_session
-
-PROGRESS_FILE = "cdcpipe_progress.json"
 
 
 def run(
@@ -143,16 +141,6 @@ def optimize(spark: Any, where: locations.Location) -> None:
                     DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
                 finally:
                     spark.conf.unset(USER_METADATA)
-
-
-def write_progress(checkpoint: Path, progress: Any, counts: dict[str, int], *, running: bool) -> None:
-    """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads)."""
-    # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
-    rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
-    record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
-    tmp = checkpoint / (PROGRESS_FILE + ".tmp")
-    tmp.write_text(json.dumps(record, default=str))
-    tmp.replace(checkpoint / PROGRESS_FILE)
 
 
 def main(argv: list[str] | None = None) -> int:

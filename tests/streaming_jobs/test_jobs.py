@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,10 @@ def test_a_job_name_is_never_a_path(name: str) -> None:
 def test_a_jobs_batches_are_bounded_unless_it_says_otherwise(tmp_path: Path) -> None:
     declare(tmp_path, "j", "out")
     assert load_all([tmp_path])["j"].max_offsets_per_trigger == 500_000
+
+
+def test_the_commands_that_read_a_job_do_not_load_spark() -> None:
+    """`jobs list|status|stop` answer in a moment: they must not import pyspark (a JVM's worth of modules)."""
+    code = "import sys, cdcpipe.cli, streaming_jobs.control; print(sorted(m for m in sys.modules if m.startswith('pyspark')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
