@@ -630,7 +630,7 @@ def jobs_accept_topics(name: str) -> None:
 @app.command("demo")
 def demo() -> None:
     """Run a sample workload through the running stack: emit -> relay -> Kafka -> Spark -> Delta, and check it."""
-    from cdcpipe import demo as sample
+    from demo import run as sample
 
     sample.run(typer.echo)
 
