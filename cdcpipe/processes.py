@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdcpipe.private_files import open_private_log
+
 # Popen objects of the services this process started, kept so that they are reaped (and not reported
 # as "still running" when garbage-collected) while this process lives; keyed by pid.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
@@ -67,7 +69,7 @@ class TrackedProcess:
         """Start detached (own session, so it outlives the CLI and no terminal signal reaches it)."""
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
+        with os.fdopen(open_private_log(self.log_file), "ab") as log:
             log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
             log.flush()
             proc = subprocess.Popen(  # noqa: S603 - the command is built by the stack, not from input

@@ -26,6 +26,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from cdcpipe.private_files import write_private
 from cdcpipe.processes import TrackedProcess
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
@@ -59,8 +60,7 @@ def secret(settings: StackSettings, name: str) -> str:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / name
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(24) + "\n")
-        path.chmod(0o600)
+        write_private(path, secrets.token_urlsafe(24) + "\n")
     return path.read_text().strip()
 
 
@@ -222,8 +222,7 @@ class Postgres(Service):
                 "or set CDCPIPE_PG_BIN_DIR to the folder holding `postgres` and `initdb`"
             )
         password = secret(self.settings, "pg_superuser_password")
-        self.pgpass_file.write_text(f"127.0.0.1:*:*:{POSTGRES_SUPERUSER}:{password}\n")
-        self.pgpass_file.chmod(0o600)
+        write_private(self.pgpass_file, f"127.0.0.1:*:*:{POSTGRES_SUPERUSER}:{password}\n")
 
         data = self.data_dir
         if (data / "PG_VERSION").exists():
@@ -232,8 +231,7 @@ class Postgres(Service):
         data.mkdir(parents=True, exist_ok=True)
         data.chmod(0o700)
         pwfile = data.parent / ".initdb-password"
-        pwfile.write_text(password + "\n")
-        pwfile.chmod(0o600)
+        write_private(pwfile, password + "\n")
         if user is not None:
             entry = pwd.getpwnam(user)
             for path in (data, pwfile):
