@@ -33,7 +33,6 @@ from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartEr
 from infra.gc_log import gc_flags
 
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
-OUTBOX_EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
 POSTGRES_SUPERUSER = "postgres"
 
 # Kafka 4 and the Connect runtime log through log4j2; everything goes to stdout, which the stack

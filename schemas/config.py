@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from cdcpipe.settings import StageSettings, split_list
 
 # Postgres truncates longer names silently, which would make two settings name one object.
 MAX_IDENTIFIER_BYTES = 63
+# The objects named after the outbox table (OutboxNames' properties below).
+DERIVED_SUFFIXES = ("_dead_letter", "_relay_status", "_seq", "_assign_seq", "_notify")
 
 
 def check_identifier(value: str) -> str:
@@ -41,6 +43,20 @@ class OutboxNames(StageSettings):
     def _identifier(cls, value: str) -> str:
         return check_identifier(value)
 
+    @model_validator(mode="after")
+    def _derived_names_fit(self) -> OutboxNames:
+        """The names made from `outbox_table` must fit too: checked here, not when SQL is first built."""
+        for suffix in DERIVED_SUFFIXES:
+            name = f"{self.outbox_table}{suffix}"
+            if len(name.encode()) > MAX_IDENTIFIER_BYTES:
+                longest = max(len(s) for s in DERIVED_SUFFIXES)
+                raise ValueError(
+                    f"outbox_table {self.outbox_table!r} is too long: the derived name {name!r} would be "
+                    f"{len(name.encode())} bytes, over Postgres's {MAX_IDENTIFIER_BYTES}; use a table name of at "
+                    f"most {MAX_IDENTIFIER_BYTES - longest} bytes"
+                )
+        return self
+
     @property
     def dead_letter_table(self) -> str:
         return check_identifier(f"{self.outbox_table}_dead_letter")
@@ -53,6 +69,16 @@ class OutboxNames(StageSettings):
     @property
     def sequence(self) -> str:
         return check_identifier(f"{self.outbox_table}_seq")
+
+    @property
+    def assign_function(self) -> str:
+        """The trigger function that gives each row its `seq` under the outbox's lock."""
+        return check_identifier(f"{self.outbox_table}_assign_seq")
+
+    @property
+    def notify_function(self) -> str:
+        """The trigger function that wakes the relay on commit."""
+        return check_identifier(f"{self.outbox_table}_notify")
 
     @property
     def notify_channel(self) -> str:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from cdcpipe.errors import CdcpipeError, ConfigError
+from cdcpipe.errors import CdcpipeError
 
 
 class SchemaError(CdcpipeError):
     """The outbox schema could not be applied or read."""
-
-
-class InvalidIdentifierError(ConfigError, SchemaError):
-    """A configured table, schema or role name that Postgres cannot hold as one identifier."""
 
 
 class ContractError(SchemaError):

@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from streaming_jobs.errors import StreamingError
 
-DEFINITIONS_DIR = Path(__file__).parent / "definitions"
 Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history"]
 TABLE_KINDS = ("table_mirror", "table_history")
 TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
@@ -108,10 +107,6 @@ class JobSpec(BaseModel):
     def table_path(self, lake: Path) -> Path:
         path = Path(self.table)
         return path if path.is_absolute() else lake / path
-
-    def dead_letter_path(self, lake: Path) -> Path:
-        table = self.table_path(lake)
-        return table.with_name(f"{table.name}_dead_letters")
 
     def checkpoint_path(self, lake: Path) -> Path:
         return lake / "_checkpoints" / self.name
