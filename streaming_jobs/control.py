@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from cdcpipe.processes import TrackedProcess
 from streaming_jobs import locations, sources
 from streaming_jobs.checkpoints import PROGRESS_FILE, committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec, check_name, find, load_all
+from streaming_jobs.positions import KafkaPositions
 
 
 def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
@@ -123,29 +122,13 @@ class JobStatus:
 def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
     reached = committed_offsets(locations.current(spec, settings.lake).checkpoint)
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "cdcpipe-jobs-status", "enable.auto.commit": False}
-    )
+    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+        high = kafka.watermarks(spec.topics, missing_ok=True).high  # a missing topic: `missing_topics` says so
     rows = []
-    try:
-        metadata = consumer.list_topics(timeout=10)
-        for topic in spec.topics:
-            for partition in sorted((metadata.topics.get(topic) or _NoTopic()).partitions):
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-                at = reached.get((topic, partition))
-                rows.append(PartitionLag(topic, partition, at, high, high - (at or 0)))
-    except KafkaException as exc:
-        raise StreamingError(
-            f"cannot read the offsets of {', '.join(spec.topics)} from Kafka at {settings.kafka_bootstrap} "
-            f"({exc.args[0].str() if exc.args else exc}); check CDCPIPE_KAFKA_BOOTSTRAP and `cdcpipe stack status`"
-        ) from exc
-    finally:
-        consumer.close()
+    for (topic, partition), end in sorted(high.items()):
+        at = reached.get((topic, partition))
+        rows.append(PartitionLag(topic, partition, at, end, end - (at or 0)))
     return rows
-
-
-class _NoTopic:
-    partitions: dict[int, Any] = {}  # noqa: RUF012 - a read-only stand-in for a topic that does not exist yet
 
 
 def status(settings: SparkSettings, name: str) -> JobStatus:

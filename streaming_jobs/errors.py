@@ -15,3 +15,14 @@ class SparkJarsMissingError(StreamingError):
 
 class ContractPatternError(StreamingError):
     """A contract's `pattern` is one Java's regex (which Spark checks with) cannot compile."""
+
+
+class KafkaUnreachableError(StreamingError):
+    """Kafka did not answer a request for partitions or offsets."""
+
+    def __init__(self, bootstrap: str, cause: Exception) -> None:
+        reason = cause.args[0].str() if cause.args and hasattr(cause.args[0], "str") else str(cause)
+        super().__init__(
+            f"cannot read topics or offsets from Kafka at {bootstrap} ({reason}); check CDCPIPE_KAFKA_BOOTSTRAP "
+            "and that the broker is up (`cdcpipe stack status`)"
+        )

@@ -16,14 +16,16 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, Literal
+from typing import Literal
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from streaming_jobs.errors import StreamingError
+from streaming_jobs.errors import KafkaUnreachableError, StreamingError
 
 Partition = tuple[str, int]
 Offsets = dict[Partition, int]
+Found = tuple[int, int]  # an offset and the timestamp (ms) of the record there
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]|$)")
 OFFSETS = re.compile(r"^[A-Za-z0-9._-]+:\d+:\d+$")
 SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone (2026-11-22T03:00:00Z), or topic:partition:offset,..."
@@ -87,51 +89,61 @@ class Watermarks:
 
 
 class KafkaPositions:
-    """Reads partitions, watermarks and offsets-for-times from Kafka (one consumer, no group membership)."""
+    """Partitions, watermarks and offsets-for-time, from Kafka's admin API: the one place they are read.
+
+    No consumer and no group: `AdminClient.list_offsets`, with `read_committed` isolation, so the latest
+    offset is the last stable one, which is where the jobs' `read_committed` Kafka source stops too.
+    """
 
     def __init__(self, bootstrap: str, timeout_s: float = 10) -> None:
         self.timeout_s = timeout_s
-        self.consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": "cdcpipe-positions", "enable.auto.commit": False}
-        )
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
 
     def __enter__(self) -> KafkaPositions:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self.consumer.close()
+        return None  # the admin client has nothing to close
 
-    def watermarks(self, topics: Iterable[str]) -> Watermarks:
-        metadata = self.consumer.list_topics(timeout=self.timeout_s)
-        low: Offsets = {}
-        high: Offsets = {}
+    def partitions(self, topics: Iterable[str], *, missing_ok: bool = False) -> list[Partition]:
+        """Every partition of the topics; a topic that does not exist is an error unless `missing_ok`."""
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnreachableError(self.bootstrap, exc) from exc
+        found: list[Partition] = []
         for topic in topics:
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                if missing_ok:
+                    continue
                 raise PositionError(f"topic {topic} does not exist on the broker; nothing to read from it")
-            for partition in sorted(found.partitions):
-                tp = TopicPartition(topic, partition)
-                low[(topic, partition)], high[(topic, partition)] = self.consumer.get_watermark_offsets(
-                    tp, timeout=self.timeout_s
-                )
+            found += [(topic, p) for p in sorted(meta.partitions)]
+        return found
+
+    def watermarks(self, topics: Iterable[str], *, missing_ok: bool = False) -> Watermarks:
+        tps = self.partitions(topics, missing_ok=missing_ok)
+        low = {tp: offset for tp, (offset, _) in self._list(tps, OffsetSpec.earliest()).items()}  # type: ignore[no-untyped-call]
+        high = {tp: offset for tp, (offset, _) in self._list(tps, OffsetSpec.latest()).items()}  # type: ignore[no-untyped-call]
         return Watermarks(low, high)
 
-    def offsets_for_time(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, int | None]:
-        """The first offset at or after the time per partition; None where no record is that recent."""
-        asked = [TopicPartition(t, p, timestamp_ms) for t, p in partitions]
-        found = self.consumer.offsets_for_times(asked, timeout=self.timeout_s)
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in found}
+    def offsets_for_time(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, Found | None]:
+        """Per partition the first record at or after the time: (offset, its timestamp); None where none is."""
+        found = self._list(list(partitions), OffsetSpec.for_timestamp(timestamp_ms))
+        return {tp: (offset, ts) if offset >= 0 else None for tp, (offset, ts) in found.items()}
 
-    def timestamp_at(self, partition: Partition, offset: int) -> int | None:
-        """The Kafka timestamp of the record at `offset` (ms), read with a short assigned fetch."""
-        self.consumer.assign([TopicPartition(*partition, offset)])
+    def _list(self, partitions: list[Partition], spec: OffsetSpec) -> dict[Partition, Found]:
+        if not partitions:
+            return {}
+        asked = {TopicPartition(t, p): spec for t, p in partitions}
         try:
-            message: Any = self.consumer.poll(self.timeout_s)
-            if message is None or message.error() is not None:
-                return None
-            return int(message.timestamp()[1])
-        finally:
-            self.consumer.unassign()
+            futures = self.admin.list_offsets(
+                asked, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
+            )
+            return {(tp.topic, tp.partition): (f.result().offset, f.result().timestamp) for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise KafkaUnreachableError(self.bootstrap, exc) from exc
 
 
 def _at(position: Position, marks: Watermarks, kafka: KafkaPositions, *, end: bool) -> Offsets:
@@ -150,14 +162,14 @@ def _at(position: Position, marks: Watermarks, kafka: KafkaPositions, *, end: bo
         return dict(position.offsets)
     assert position.timestamp_ms is not None  # noqa: S101 - set by parse() for the timestamp kind
     found = kafka.offsets_for_time(marks.high, position.timestamp_ms)
-    resolved = {tp: marks.high[tp] if offset is None else offset for tp, offset in found.items()}
+    resolved = {tp: marks.high[tp] if at is None else at[0] for tp, at in found.items()}
     if not end:
-        for tp, offset in resolved.items():
-            if offset == marks.low[tp] and marks.low[tp] > 0:
+        for tp, at in found.items():
+            if at is not None and at[0] == marks.low[tp] and marks.low[tp] > 0:
                 # Kafka answers "the first retained record" for a time older than retention: refuse, since
                 # records between the time and that one may have been deleted.
-                first_ts = kafka.timestamp_at(tp, offset)
-                if first_ts is None or first_ts > position.timestamp_ms:
+                offset, first_ts = at
+                if first_ts > position.timestamp_ms:
                     raise BelowRetentionError(
                         f"{tp[0]}[{tp[1]}]: records from {_iso(position.timestamp_ms)} on may already be deleted "
                         f"by retention; the first offset still available is {offset}"

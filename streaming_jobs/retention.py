@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, TopicPartition
-
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.locations import Location
+from streaming_jobs.positions import KafkaPositions
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,13 @@ def gaps(settings: SparkSettings, where: Location) -> list[Gap]:
         reached = {(t, int(p)): o for t, parts in where.starting_offsets.items() for p, o in parts.items()}
     if not reached:
         return []  # a new checkpoint starts at the earliest retained offset: nothing can be skipped
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "group.id": "cdcpipe-retention-check",
-            "enable.auto.commit": False,
-        }
-    )
-    found = []
-    try:
-        for (topic, partition), offset in sorted(reached.items()):
-            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if offset < low:
-                found.append(Gap(topic, partition, offset, low))
-    finally:
-        consumer.close()
+    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+        low = kafka.watermarks(sorted({topic for topic, _ in reached}), missing_ok=True).low
+    found = [
+        Gap(topic, partition, offset, low[(topic, partition)])
+        for (topic, partition), offset in sorted(reached.items())
+        if (topic, partition) in low and offset < low[(topic, partition)]
+    ]
     return found
 
 

@@ -26,7 +26,7 @@ CASES = [
     (["jobs", "accept-topics", "../x"], "is not a job name"),
     (["jobs", "rewind", "account_events", "--to", "yesterday"], "is not a position"),
     (["jobs", "rewind", "account_events", "--to", "1960-01-01T00:00:00Z"], "before 1970"),
-    (["jobs", "status", "account_events"], "cannot read the offsets"),
+    (["jobs", "status", "account_events"], "cannot read topics or offsets from Kafka"),
     (["backfill", "account_events", "--from", "1960-01-01"], "before 1970"),
     (["backfill", "account_events", "--from", "earliest", "--to", "soon"], "is not a position"),
     (["backfill", "account_events", "--from", "earliest", "--chunk-size", "0"], "greater than or equal to 1"),
