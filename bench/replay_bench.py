@@ -5,7 +5,7 @@
 Needs the stack running (Kafka; Spark runs in this process, local[2], beside the whole stack on the two
 cores). One 4-partition topic is filled with the largest size of 1 KB AccountOpened events over 10,000
 accounts; each size is then rebuilt into a fresh table with a fresh checkpoint by the replay engine
-(`streaming_jobs.backfill.apply_range`, what `cdcpipe replay` runs) over offsets [earliest, earliest + share).
+(`streaming_jobs.backfill.apply_range`, what `cdcpipe jobs replay` runs) over offsets [earliest, earliest + share).
 A latest-state replay is reduced to each key's newest event outside Spark (streaming_jobs.reduce) before
 Spark applies it; with --compare (the default) the largest size is also run with Spark reading every
 record (`--no-reduce`), and the ratio is reported.

@@ -170,6 +170,20 @@ def slot_users(client: ConnectClient) -> dict[str, str]:
     return users
 
 
+def unused_slot(client: ConnectClient, settings: ConnectSettings, slot: str) -> slots.SlotStatus:
+    """The slot `connectors drop-slot` may drop: one that exists and no connector uses, else ConnectError."""
+    user = slot_users(client).get(slot)
+    if user is not None:
+        raise ConnectError(
+            f"replication slot {slot} belongs to connector {user}; "
+            f"delete both with `cdcpipe connectors delete {user} --drop-slot`"
+        )
+    found = slots.slot_status(settings, slot)
+    if found is None:
+        raise ConnectError(f"there is no replication slot {slot}; `cdcpipe connectors list` names the unused ones")
+    return found
+
+
 def orphaned_slots(client: ConnectClient, settings: ConnectSettings) -> list[slots.SlotStatus]:
     """Inactive logical slots no connector on the cluster uses: each holds WAL back until it is dropped.
 

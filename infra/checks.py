@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -44,3 +49,27 @@ def produce_sample(settings: StackSettings, topic: str, count: int) -> None:
             f"kafka: {remaining} records not acknowledged and {len(failures)} failed on {topic} "
             f"(first error: {failures[:1]}); check `cdcpipe stack status`"
         )
+
+
+def round_trip(settings: StackSettings, *, master: str, count: int, report: Callable[[str], None]) -> dict[str, Any]:
+    """`cdcpipe stack check`: `count` records through Kafka into a Delta table with Spark, read back.
+
+    Returns the Spark side's result (master, rows, seconds); raises StackError when a record is missing.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    topic = f"cdcpipe.stack-check.{stamp}"
+    table = settings.lake / "stack-check" / stamp
+    produce_sample(settings, topic, count)
+    report(f"produced {count} records to {topic}; running a Spark job on {master} ...")
+    env = {**os.environ, "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    # A child process: the Spark driver JVM lives and dies with the job, not with this command.
+    command = [sys.executable, "-m", "streaming_jobs.stack_check", "--topic", topic, "--table", str(table)]
+    proc = subprocess.run(  # noqa: S603 - our own module, arguments built here
+        [*command, "--master", master], env=env, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise StackError(f"the Spark job failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if result["rows"] != count:
+        raise StackError(f"sent {count} records but the Delta table at {table} holds {result['rows']}")
+    return result

@@ -21,6 +21,7 @@ from psycopg import sql
 from pydantic import SecretStr
 
 from schemas.config import OutboxNames, SchemaSettings
+from schemas.errors import SchemaError
 
 # The functions' bodies hold no configured name: the sequence arrives as a trigger argument (a literal).
 # A seq given by a role that may also remove outbox rows (`cdcpipe relay redrive`, putting a dead letter
@@ -181,6 +182,15 @@ def apply(conn: psycopg.Connection[object], names: OutboxNames, settings: Schema
         for statement in statements(names, settings):
             conn.execute(statement)
         _ensure_publication(conn, names, settings)
+
+
+def apply_with_settings(names: OutboxNames, settings: SchemaSettings) -> None:
+    """`cdcpipe schema apply`: connect with the settings' DSN and `apply`; an unreachable Postgres is a SchemaError."""
+    try:
+        with psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10) as conn:
+            apply(conn, names, settings)
+    except psycopg.OperationalError as exc:
+        raise SchemaError(f"cannot connect to Postgres ({exc}); check CDCPIPE_PG_DSN and PGPASSFILE") from exc
 
 
 def _ensure_publication(conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings) -> None:

@@ -187,5 +187,5 @@ def read(table: Path) -> Applied:
             version -= 1
     raise StreamingError(
         f"{table}: cannot tell which offsets the table holds: no commit among the newest {LOOK_BACK} readable "
-        "ones carries cdcpipe's applied intervals. Rebuild it with `cdcpipe replay JOB --swap`."
+        "ones carries cdcpipe's applied intervals. Rebuild it with `cdcpipe jobs replay JOB --swap`."
     )

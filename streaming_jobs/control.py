@@ -165,3 +165,18 @@ def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, 
         (spec, locations.current(spec, settings.lake), tracked(settings, name).pid() is not None)
         for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
     ]
+
+
+def optimize(settings: SparkSettings, name: str) -> Path:
+    """`cdcpipe jobs optimize`: compact the job's tables now, beside the running job; returns its table."""
+    # pyspark loads here, not when this module does: `jobs list|status|stop` must start without it.
+    from streaming_jobs.runner import optimize as optimize_tables
+    from streaming_jobs.spark_session import build_spark_session
+
+    where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake)
+    spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
+    try:
+        optimize_tables(spark, where)
+    finally:
+        spark.stop()
+    return where.table

@@ -1,4 +1,4 @@
-"""`cdcpipe backfill`, `cdcpipe replay` and `cdcpipe jobs rewind`: a job's tables from earlier offsets.
+"""`cdcpipe jobs backfill`, `cdcpipe jobs replay` and `cdcpipe jobs rewind`: a job's tables from earlier offsets.
 
     backfill JOB --from SPEC --to SPEC    apply exactly that range to the job's tables, beside the stream
     replay JOB [--into PATH] [--swap]     rebuild from the earliest retained offsets into a new table with a

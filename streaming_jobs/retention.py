@@ -39,7 +39,7 @@ class DataLossError(StreamingError):
             f"job {job} cannot resume without skipping records retention deleted before it read them:\n"
             + "\n".join(lines)
             + "\nNothing was skipped: the job did not start. To proceed, either rebuild from what is retained "
-            f"(`cdcpipe replay {job} --swap`: a new table from the earliest retained offsets; the old one and "
+            f"(`cdcpipe jobs replay {job} --swap`: a new table from the earliest retained offsets; the old one and "
             f"{checkpoint} stay as they are), or restore the missing records into the topic. Raise the topic's "
             "retention.ms so a stopped job has time to come back."
         )

@@ -88,7 +88,7 @@ def check_topics(settings: SparkSettings, spec: JobSpec, table: Path) -> dict[st
                 "so the new topic's records would pass for applied ones. Nothing was applied. To read the new "
                 f"topic from its start: `cdcpipe jobs accept-topics {spec.name}` (the table forgets the old "
                 f"topic's offsets and the job rewinds to the new one's earliest); to rebuild the table from what "
-                f"the topics hold now: `cdcpipe replay {spec.name} --swap`"
+                f"the topics hold now: `cdcpipe jobs replay {spec.name} --swap`"
             )
         if current.partitions != was.partitions:
             raise TopicChangedError(partitions_changed(spec.name, topic, was.partitions, current.partitions))
@@ -102,7 +102,7 @@ def partitions_changed(job: str, topic: str, was: int, now: int) -> str:
         "other partitions, so a key's events from before and after may be applied out of order. Nothing was "
         "applied. Once the job has applied everything written before the change (or if order across it does "
         f"not matter), `cdcpipe jobs accept-topics {job}` records the new count and the job goes on; to rebuild "
-        f"the table instead: `cdcpipe replay {job} --swap`"
+        f"the table instead: `cdcpipe jobs replay {job} --swap`"
     )
 
 

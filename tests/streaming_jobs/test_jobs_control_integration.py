@@ -189,7 +189,7 @@ def test_a_job_whose_topic_does_not_exist_is_refused_at_submit_with_the_fix(
     [
         (("jobs", "stop", "../../etc"), "'../../etc' is not a job name"),
         (("jobs", "status", "/tmp/x"), "'/tmp/x' is not a job name"),  # noqa: S108 - a name, never opened
-        (("backfill", "JOB", "--from", "1969-07-20T20:17:00Z"), "before 1970-01-01T00:00:00Z"),
+        (("jobs", "backfill", "JOB", "--from", "1969-07-20T20:17:00Z"), "before 1970-01-01T00:00:00Z"),
     ],
 )
 def test_bad_arguments_get_the_stages_error_and_the_fix_not_a_traceback(

@@ -113,8 +113,8 @@ def test_a_reduced_latest_state_replay_equals_one_where_spark_reads_every_record
     lake = tmp_path / "lake"
 
     # Rounds of at most 12 kept records (4 per partition): the reduction's batches, not only one.
-    run("replay", name, "--into", "reduced", "--chunk-size", "12", env=env)
-    run("replay", name, "--into", "full", "--no-reduce", env=env)
+    run("jobs", "replay", name, "--into", "reduced", "--chunk-size", "12", env=env)
+    run("jobs", "replay", name, "--into", "full", "--no-reduce", env=env)
 
     full, reduced = table_rows(lake / "full", "aggregate_id"), table_rows(lake / "reduced", "aggregate_id")
     assert reduced == full
@@ -122,10 +122,10 @@ def test_a_reduced_latest_state_replay_equals_one_where_spark_reads_every_record
 
     # Again into the same table: it holds every offset, so nothing is read or committed again.
     version = DeltaTable(str(lake / "reduced")).version()
-    run("replay", name, "--into", "reduced", env=env)
+    run("jobs", "replay", name, "--into", "reduced", env=env)
     assert DeltaTable(str(lake / "reduced")).version() == version
     # A swap's catch-up goes through the reduction too, and the job then uses the rebuilt table.
-    run("replay", name, "--into", "swapped", "--swap", env=env)
+    run("jobs", "replay", name, "--into", "swapped", "--swap", env=env)
     assert json.loads((lake / "_jobs" / f"{name}.location.json").read_text())["table"].endswith("swapped")
     assert table_rows(lake / "swapped", "aggregate_id") == full
 

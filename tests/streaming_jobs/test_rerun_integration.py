@@ -68,7 +68,7 @@ def test_backfill_applies_exactly_the_range_and_a_rerun_changes_nothing(
     name, env = job_env(stack, tmp_path, "event_log", topic)
     table = tmp_path / "lake" / "out"
 
-    done = run("backfill", name, "--from", f"{topic}:0:10", "--to", f"{topic}:0:25", env=env)
+    done = run("jobs", "backfill", name, "--from", f"{topic}:0:10", "--to", f"{topic}:0:25", env=env)
     assert "backfilled 15 records" in done.stdout
     assert f"backfill {name}: 15/15 events (100%)" in done.stderr  # the progress line
     rows = table_rows(table, "event_id")
@@ -76,14 +76,14 @@ def test_backfill_applies_exactly_the_range_and_a_rerun_changes_nothing(
     assert {r["kafka_offset"] for r in rows.values()} == set(range(10, 25))
     version = DeltaTable(str(table)).version()
 
-    again = run("backfill", name, "--from", f"{topic}:0:10", "--to", f"{topic}:0:25", env=env)
+    again = run("jobs", "backfill", name, "--from", f"{topic}:0:10", "--to", f"{topic}:0:25", env=env)
     assert "0 applied" in again.stdout
     assert DeltaTable(str(table)).version() == version, "a rerun must not even commit"
     assert table_rows(table, "event_id") == rows
 
     # A wider range by time: only what the table does not hold yet is applied.
     from_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((start + 5 * 60_000) / 1000))
-    wider = run("backfill", name, "--from", from_time, "--to", "latest", env=env)
+    wider = run("jobs", "backfill", name, "--from", from_time, "--to", "latest", env=env)
     assert "backfilled 25 records" in wider.stdout
     assert sorted(table_rows(table, "event_id")) == sorted(f"e-{i}" for i in range(5, 30))
 
@@ -95,7 +95,7 @@ def test_backfill_beside_the_stream_equals_a_clean_replay(stack: Stack, topic: s
     run("jobs", "submit", name, env=env)
     try:
         backfill = subprocess.Popen(
-            [sys.executable, "-m", "cdcpipe", "backfill", name, "--from", "earliest", "--chunk-size", "500"],
+            [sys.executable, "-m", "cdcpipe", "jobs", "backfill", name, "--from", "earliest", "--chunk-size", "500"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -112,7 +112,7 @@ def test_backfill_beside_the_stream_equals_a_clean_replay(stack: Stack, topic: s
     streamed = balances(tmp_path / "lake" / "out")
     assert streamed == expected
 
-    rebuilt = run("replay", name, "--into", "clean", env=env)
+    rebuilt = run("jobs", "replay", name, "--into", "clean", env=env)
     assert "still uses its old table" in rebuilt.stdout
     assert balances(tmp_path / "lake" / "clean") == streamed
 
@@ -132,7 +132,7 @@ def test_replay_and_swap_rebuild_row_for_row_and_streaming_resumes_without_a_gap
         streamed = table_rows(old, "aggregate_id")
         assert len(streamed) == 32  # 40 opened, 8 closed
 
-        swapped = run("replay", name, "--into", "rebuilt", "--swap", env=env)
+        swapped = run("jobs", "replay", name, "--into", "rebuilt", "--swap", env=env)
         assert "now uses" in swapped.stdout
         report = status(name, env)
         assert report["table"] == str(tmp_path / "lake" / "rebuilt")
@@ -201,10 +201,10 @@ def test_a_range_below_retention_is_refused_naming_the_first_offset_still_there(
         future.result(30)
     name, env = job_env(stack, tmp_path, "event_log", topic)
 
-    refused = cdcpipe("backfill", name, "--from", f"{topic}:0:3", env=env)
+    refused = cdcpipe("jobs", "backfill", name, "--from", f"{topic}:0:3", env=env)
     assert refused.returncode == 2
     assert f"{topic}[0]: offset 3 was deleted by retention; the first offset still available is 12" in refused.stderr
-    old = cdcpipe("backfill", name, "--from", "2000-01-01", env=env)
+    old = cdcpipe("jobs", "backfill", name, "--from", "2000-01-01", env=env)
     assert old.returncode == 2
     assert "may already be deleted by retention; the first offset still available is 12" in old.stderr
     rewind = cdcpipe("jobs", "rewind", name, "--to", f"{topic}:0:0", env=env)
@@ -212,7 +212,7 @@ def test_a_range_below_retention_is_refused_naming_the_first_offset_still_there(
     assert "the first offset still available is 12" in rewind.stderr
     assert not (tmp_path / "lake" / "out").exists(), "nothing may start before the range is known to be whole"
 
-    done = run("backfill", name, "--from", "earliest", env=env)
+    done = run("jobs", "backfill", name, "--from", "earliest", env=env)
     assert "backfilled 8 records" in done.stdout
 
 
@@ -226,7 +226,7 @@ def test_a_backfill_killed_and_run_again_with_other_chunks_applies_every_offset_
     log = tmp_path / "first.log"
     with log.open("w") as out:
         first = subprocess.Popen(
-            [sys.executable, "-m", "cdcpipe", "backfill", name, "--from", "earliest", "--chunk-size", "20"],
+            [sys.executable, "-m", "cdcpipe", "jobs", "backfill", name, "--from", "earliest", "--chunk-size", "20"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -239,5 +239,5 @@ def test_a_backfill_killed_and_run_again_with_other_chunks_applies_every_offset_
         first.wait(30)
     partial = balances(table)
     assert partial != expected, "the first backfill finished before it was killed: make the range longer"
-    run("backfill", name, "--from", "earliest", "--chunk-size", "150", env=env)
+    run("jobs", "backfill", name, "--from", "earliest", "--chunk-size", "150", env=env)
     assert balances(table) == expected

@@ -41,7 +41,7 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
         "CDCPIPE_JOBS_DIRS": str(job.folder),
         "CDCPIPE_SPARK_MASTER": "local[2]",
     }
-    rebuilt = cdcpipe("replay", job.name, "--into", "rebuilt", "--swap", env=env)
+    rebuilt = cdcpipe("jobs", "replay", job.name, "--into", "rebuilt", "--swap", env=env)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     send(stack, topic, [(f"c-{i}", "AccountOpened", opened(f"c-{i}"), None) for i in range(3)])
     job.run()  # starts where the rebuild ended; no refusal

@@ -1,0 +1,181 @@
+"""`cdcpipe jobs`: streaming jobs and their backfill, replay and rewind (streaming_jobs).
+
+The stage modules that load pyspark are imported inside the commands that need Spark, so `jobs list`,
+`status` and `stop` (and every other `cdcpipe` command) start without it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from cdcpipe.cli.common import settings_help
+from streaming_jobs.config import SparkSettings
+
+app = typer.Typer(
+    help="Streaming jobs: Kafka topics into Delta tables (job files in streaming_jobs/definitions/).",
+    epilog=settings_help(SparkSettings),
+    no_args_is_help=True,
+)
+
+
+SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone, or topic:partition:offset,..."
+
+
+@app.command("submit")
+def jobs_submit(
+    name: str,
+    master: str | None = typer.Option(None, help="local[N] or spark://HOST:PORT (default CDCPIPE_SPARK_MASTER)"),
+    trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
+) -> None:
+    """Start a job in the background, tracked by pid (its log: <lake>/_jobs/NAME.log)."""
+    from streaming_jobs import control as job_control
+
+    settings = SparkSettings.load()
+    pid = job_control.submit(settings, name, master=master, trigger=trigger)
+    typer.echo(f"{name}: started (pid {pid}); `cdcpipe jobs status {name}` shows its progress")
+
+
+@app.command("list")
+def jobs_list() -> None:
+    """Every declared job: kind, table, topics, running or not."""
+    from streaming_jobs import control as job_control
+
+    settings = SparkSettings.load()
+    for spec, where, running in job_control.listing(settings):
+        state = "running" if running else "stopped"
+        typer.echo(f"{spec.name:<24} {spec.kind:<13} {state:<8} {where.table}  <- {', '.join(spec.topics)}")
+
+
+@app.command("status")
+def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
+    from streaming_jobs import control as job_control
+
+    report = job_control.status(SparkSettings.load(), name)
+    if as_json:
+        typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag}, indent=2))
+        return
+    state = f"running (pid {report.pid})" if report.running else "not running"
+    typer.echo(f"{report.name} ({report.kind}): {state}")
+    typer.echo(f"  table {report.table}, checkpoint {report.checkpoint}")
+    typer.echo(
+        f"  last batch {report.last_batch_id}, {report.processed_rows_per_s or 0:.0f} rows/s processed, "
+        f"batch took {report.batch_duration_ms} ms; applied {report.applied}, dead letters {report.dead_letters}"
+    )
+    for part in report.lag:
+        typer.echo(
+            f"  {part.topic}[{part.partition}]: at {part.checkpoint_offset}, latest {part.latest_offset}, lag {part.lag}"
+        )
+    for topic in report.missing_topics:
+        typer.echo(f"  {topic}: does not exist; the job is refused until `cdcpipe topics apply` creates it")
+    for line in report.log_tail:
+        typer.echo(f"    | {line}")
+
+
+@app.command("stop")
+def jobs_stop(name: str) -> None:
+    """Stop gracefully: the micro-batch in flight finishes first."""
+    from streaming_jobs import control as job_control
+
+    stopped = job_control.stop(SparkSettings.load(), name)
+    typer.echo(f"{name}: {'stopped' if stopped else 'was not running'}")
+
+
+@app.command("optimize")
+def jobs_optimize(name: str) -> None:
+    """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
+    from streaming_jobs import control as job_control
+
+    table = job_control.optimize(SparkSettings.load(), name)
+    typer.echo(f"{name}: compacted {table}")
+
+
+@app.command("rewind")
+def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}")) -> None:
+    """Resume the job from an earlier position (a new checkpoint); rows it holds are not applied twice."""
+    from streaming_jobs import positions, rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    where, before, after = rerun.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
+    for (topic, partition), offset in sorted(after.items()):
+        typer.echo(f"  {topic}[{partition}]: {before[(topic, partition)]} -> {offset}")
+    typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
+
+
+@app.command("accept-topics")
+def jobs_accept_topics(name: str) -> None:
+    """Take the job's topics as they are now, after one was deleted and created again or gained partitions."""
+    from streaming_jobs import rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    accepted = rerun.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
+    if not accepted.changed:
+        typer.echo(f"{name}: its topics are those its table holds offsets of; nothing to accept")
+    for topic in accepted.changed:
+        how = "recreated: read again from its earliest offsets" if topic in accepted.recreated else "new partitions"
+        typer.echo(f"{name}: {topic} accepted ({how})")
+
+
+@app.command("backfill")
+def backfill_command(
+    job: str,
+    start: str = typer.Option(..., "--from", help=f"where the range starts: {SPEC_HELP}"),
+    end: str = typer.Option("latest", "--to", help=f"where it ends (exclusive): {SPEC_HELP}"),
+    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+    reduce: bool = typer.Option(
+        True,
+        "--reduce/--no-reduce",
+        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
+        "--no-reduce has Spark read every record",
+    ),
+) -> None:
+    """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
+    from streaming_jobs import positions, rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    spec = find_job(job, list(settings.jobs_dirs))
+    outcome = rerun.backfill(
+        settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size, reduce=reduce
+    )
+    typer.echo(
+        f"{job}: backfilled {outcome.span.total} records in {outcome.chunks} chunk(s), {outcome.seconds:.1f} s "
+        f"({outcome.events_per_s:,.0f}/s): {outcome.applied} applied, {outcome.dead_letters} dead letters; "
+        "offsets the table already held were skipped"
+    )
+
+
+@app.command("replay")
+def replay_command(
+    job: str,
+    into: Path | None = typer.Option(None, help="the new table's folder (default: beside the current one)"),
+    swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
+    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
+    reduce: bool = typer.Option(
+        True,
+        "--reduce/--no-reduce",
+        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
+        "--no-reduce has Spark read every record",
+    ),
+) -> None:
+    """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
+    from streaming_jobs import rerun
+    from streaming_jobs.jobs import find as find_job
+
+    settings = SparkSettings.load()
+    spec = find_job(job, list(settings.jobs_dirs))
+    done = rerun.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
+    typer.echo(
+        f"{job}: rebuilt {done.location.table} from {done.rebuild.span.total} records "
+        f"({done.rebuild.events_per_s:,.0f}/s)"
+    )
+    if done.swapped:
+        typer.echo(f"{job}: now uses {done.location.table}, streaming from where the rebuild ended")
+    else:
+        typer.echo(f"{job}: still uses its old table; `cdcpipe jobs replay {job} --into {done.location.table} --swap`")
