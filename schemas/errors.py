@@ -28,3 +28,7 @@ class ContractViolationError(SchemaError):
         self.event_type = event_type
         self.version = version
         self.field = field
+
+
+class TopicError(SchemaError):
+    """A topic file is invalid, or the cluster refused to create or configure a topic."""

@@ -30,14 +30,10 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from pydantic import Field
 
 from cdcpipe.settings import StageSettings
-from schemas.errors import SchemaError
+from schemas.errors import TopicError
 
 TOPICS_DIR = Path(__file__).resolve().parent / "topics"
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
-class TopicError(SchemaError):
-    """A topic file is invalid, or the cluster refused to create or configure a topic."""
 
 
 class TopicSettings(StageSettings):

@@ -34,11 +34,12 @@ from streaming_jobs.applied import TopicIdentity
 from streaming_jobs.batches import handle_batch
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.contracts_spark import checked_registry
+from streaming_jobs.errors import ReduceError
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.locations import Location
 from streaming_jobs.positions import Offsets, Range
 from streaming_jobs.progress import Progress
-from streaming_jobs.reduce import Reduced, ReduceError, Task
+from streaming_jobs.reduce import Reduced, Task
 from streaming_jobs.sinks import BatchContext
 
 DEFAULT_CHUNK = 250_000

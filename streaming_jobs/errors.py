@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdcpipe.errors import CdcpipeError
+
+if TYPE_CHECKING:
+    from streaming_jobs.retention import Gap
 
 
 class StreamingError(CdcpipeError):
@@ -26,3 +31,51 @@ class KafkaUnreachableError(StreamingError):
             f"cannot read topics or offsets from Kafka at {bootstrap} ({reason}); check CDCPIPE_KAFKA_BOOTSTRAP "
             "and that the broker is up (`cdcpipe stack status`)"
         )
+
+
+class ReduceError(StreamingError):
+    """A worker could not read its partition's range."""
+
+
+class MissingTopicsError(StreamingError):
+    """A job reads topics the cluster does not have; it is refused rather than left to die in Spark."""
+
+    def __init__(self, job: str, topics: list[str]) -> None:
+        self.topics = topics
+        super().__init__(
+            f"job {job} reads {', '.join(topics)}, which the cluster does not have (it creates no topic on first "
+            "use): declare each in a topic file (schemas/topics/*.toml) and run `cdcpipe topics apply`, then "
+            "submit again"
+        )
+
+
+class TopicChangedError(StreamingError):
+    """A topic is not the one (or has not the partitions) the job's table holds offsets of."""
+
+
+class DataLossError(StreamingError):
+    """The job would have to skip records that retention deleted; it does not start."""
+
+    def __init__(self, job: str, gaps: list[Gap], checkpoint: str) -> None:
+        lines = [
+            f"  {g.topic}[{g.partition}]: offsets {g.first}..{g.first_available - 1} are gone "
+            f"({g.first_available - g.first} records); the first offset still available is {g.first_available}"
+            for g in gaps
+        ]
+        super().__init__(
+            f"job {job} cannot resume without skipping records retention deleted before it read them:\n"
+            + "\n".join(lines)
+            + "\nNothing was skipped: the job did not start. To proceed, either rebuild from what is retained "
+            f"(`cdcpipe jobs replay {job} --swap`: a new table from the earliest retained offsets; the old one and "
+            f"{checkpoint} stay as they are), or restore the missing records into the topic. Raise the topic's "
+            "retention.ms so a stopped job has time to come back."
+        )
+        self.gaps = gaps
+
+
+class PositionError(StreamingError):
+    """A SPEC that does not parse, or a range Kafka cannot serve as asked."""
+
+
+class BelowRetentionError(PositionError):
+    """The range starts at offsets that retention already deleted."""

@@ -21,7 +21,7 @@ from typing import Literal
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from streaming_jobs.errors import KafkaUnreachableError, StreamingError
+from streaming_jobs.errors import BelowRetentionError, KafkaUnreachableError, PositionError
 
 Partition = tuple[str, int]
 Offsets = dict[Partition, int]
@@ -29,14 +29,6 @@ Found = tuple[int, int]  # an offset and the timestamp (ms) of the record there
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]|$)")
 OFFSETS = re.compile(r"^[A-Za-z0-9._-]+:\d+:\d+$")
 SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone (2026-11-22T03:00:00Z), or topic:partition:offset,..."
-
-
-class PositionError(StreamingError):
-    """A SPEC that does not parse, or a range Kafka cannot serve as asked."""
-
-
-class BelowRetentionError(PositionError):
-    """The range starts at offsets that retention already deleted."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from streaming_jobs.errors import StreamingError
+from streaming_jobs.errors import ReduceError, StreamingError
 from streaming_jobs.surely_valid import SurelyValid
 
 READ_BATCH = 10_000
@@ -51,10 +51,6 @@ KAFKA_SCHEMA = pa.schema(
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
     ]
 )
-
-
-class ReduceError(StreamingError):
-    """A worker could not read its partition's range."""
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from streaming_jobs import applied, control, locations, sources
 from streaming_jobs.backfill import DEFAULT_CHUNK, Outcome, apply_range
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.errors import StreamingError
+from streaming_jobs.errors import PositionError, StreamingError
 from streaming_jobs.jobs import JobSpec
-from streaming_jobs.positions import KafkaPositions, Offsets, Position, PositionError, Range, resolve_range
+from streaming_jobs.positions import KafkaPositions, Offsets, Position, Range, resolve_range
 from streaming_jobs.progress import Progress
 from streaming_jobs.spark_session import build_spark_session
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from streaming_jobs.checkpoints import committed_offsets
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.errors import StreamingError
+from streaming_jobs.errors import DataLossError
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.locations import Location
 from streaming_jobs.positions import KafkaPositions
@@ -24,26 +24,6 @@ class Gap:
     partition: int
     first: int
     first_available: int
-
-
-class DataLossError(StreamingError):
-    """The job would have to skip records that retention deleted; it does not start."""
-
-    def __init__(self, job: str, gaps: list[Gap], checkpoint: str) -> None:
-        lines = [
-            f"  {g.topic}[{g.partition}]: offsets {g.first}..{g.first_available - 1} are gone "
-            f"({g.first_available - g.first} records); the first offset still available is {g.first_available}"
-            for g in gaps
-        ]
-        super().__init__(
-            f"job {job} cannot resume without skipping records retention deleted before it read them:\n"
-            + "\n".join(lines)
-            + "\nNothing was skipped: the job did not start. To proceed, either rebuild from what is retained "
-            f"(`cdcpipe jobs replay {job} --swap`: a new table from the earliest retained offsets; the old one and "
-            f"{checkpoint} stay as they are), or restore the missing records into the topic. Raise the topic's "
-            "retention.ms so a stopped job has time to come back."
-        )
-        self.gaps = gaps
 
 
 def gaps(settings: SparkSettings, where: Location) -> list[Gap]:

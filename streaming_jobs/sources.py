@@ -19,25 +19,9 @@ from confluent_kafka.admin import AdminClient
 from streaming_jobs import applied
 from streaming_jobs.applied import TopicIdentity
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.errors import StreamingError
+from streaming_jobs.errors import MissingTopicsError, StreamingError, TopicChangedError
 from streaming_jobs.jobs import JobSpec
 from streaming_jobs.positions import Partition
-
-
-class MissingTopicsError(StreamingError):
-    """A job reads topics the cluster does not have; it is refused rather than left to die in Spark."""
-
-    def __init__(self, job: str, topics: list[str]) -> None:
-        self.topics = topics
-        super().__init__(
-            f"job {job} reads {', '.join(topics)}, which the cluster does not have (it creates no topic on first "
-            "use): declare each in a topic file (schemas/topics/*.toml) and run `cdcpipe topics apply`, then "
-            "submit again"
-        )
-
-
-class TopicChangedError(StreamingError):
-    """A topic is not the one (or has not the partitions) the job's table holds offsets of."""
 
 
 def identities(settings: SparkSettings, job: str, topics: Iterable[str]) -> dict[str, TopicIdentity]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from schemas import topics
-from schemas.topics import TOPICS_DIR, TopicError
+from schemas.errors import TopicError
+from schemas.topics import TOPICS_DIR
 
 
 def write(folder: Path, name: str, text: str) -> Path:

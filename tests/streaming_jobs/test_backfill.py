@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.backfill import _run_worker, chunks
+from streaming_jobs.errors import ReduceError
 from streaming_jobs.positions import Range
 from streaming_jobs.progress import Progress
-from streaming_jobs.reduce import ReduceError, Task
+from streaming_jobs.reduce import Task
 
 
 def test_chunks_cover_the_range_exactly_once_each_partition_advancing_by_its_share() -> None:

@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from streaming_jobs.positions import Position, PositionError, Range, parse
+from streaming_jobs.errors import PositionError
+from streaming_jobs.positions import Position, Range, parse
 
 
 def test_named_positions() -> None:
