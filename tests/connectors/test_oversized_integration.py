@@ -13,15 +13,9 @@ import psycopg
 import pytest
 
 from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.test_connectors_integration import (
-    connect_client,
-    outbox_connector,
-    wait_slot_active,
-    wait_state,
-    write_definition,
-)
+from tests.connectors.helpers import connect_client, outbox_connector, wait_slot_active, wait_state, write_definition
 from tests.kafka_helpers import create_topics, read_topics
-from tests.outbox_relay.test_relay_integration import wait_until
+from tests.outbox_relay.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,12 +16,7 @@ from infra.config import StackSettings
 from infra.services import Kafka, Postgres, Service
 from tests.conftest import Outbox, Stack
 from tests.kafka_helpers import read_topics
-from tests.outbox_relay.test_relay_integration import (
-    by_key,
-    dead_rows_held_back_after_a_flood,
-    relay_process,
-    wait_until,
-)
+from tests.outbox_relay.helpers import by_key, dead_rows_held_back_after_a_flood, relay_process, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
 

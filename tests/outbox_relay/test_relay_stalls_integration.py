@@ -19,7 +19,7 @@ from psycopg import sql
 from outbox_relay.relay import Relay
 from tests.conftest import Outbox, Stack, cdcpipe
 from tests.kafka_helpers import create_topics, read_topics
-from tests.outbox_relay.test_relay_integration import by_key, relay_thread, wait_until
+from tests.outbox_relay.helpers import by_key, relay_thread, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from streaming_jobs.jobs import JobSpec
 from streaming_jobs.sinks import BatchContext
 from streaming_jobs.spark_session import build_spark_session
 from tests.conftest import Stack
-from tests.streaming_jobs.test_jobs_integration import opened
+from tests.streaming_jobs.helpers import opened
 
 pytestmark = [
     pytest.mark.integration,

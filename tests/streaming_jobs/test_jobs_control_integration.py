@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -15,47 +12,10 @@ import pytest
 from deltalake import DeltaTable
 
 from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.test_relay_integration import wait_until
-from tests.streaming_jobs.test_jobs_integration import Event, deposit, opened, send
+from tests.outbox_relay.helpers import wait_until
+from tests.streaming_jobs.helpers import Event, alive_and, deposit, job_env, opened, send, status
 
 pytestmark = pytest.mark.integration
-
-
-def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object) -> tuple[str, dict[str, str]]:
-    name = f"job-{uuid.uuid4().hex[:8]}"
-    folder = tmp_path / "jobs"
-    folder.mkdir(exist_ok=True)
-    lines = [f'name = "{name}"', f'kind = "{kind}"', f'topics = ["{topic}"]', 'table = "out"', 'trigger = "1s"']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
-    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
-    env = {
-        **stack.process_env(),
-        "CDCPIPE_JOBS_DIRS": str(folder),
-        "CDCPIPE_LAKE": str(tmp_path / "lake"),
-        "CDCPIPE_SPARK_MASTER": "local[2]",
-    }
-    return name, env
-
-
-def status(name: str, env: dict[str, str]) -> dict[str, object]:
-    result = cdcpipe("jobs", "status", name, "--json", env=env)
-    assert result.returncode == 0, result.stderr
-    report: dict[str, object] = json.loads(result.stdout)
-    return report
-
-
-def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callable[[], bool]) -> Callable[[], bool]:
-    """`condition`, but fail at once with the job's log if the job died (instead of waiting out the timeout)."""
-
-    def check() -> bool:
-        if condition():
-            return True
-        if status(name, env)["running"] is False:
-            log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
-            pytest.fail(f"job {name} died:\n{log[-3000:]}")
-        return False
-
-    return check
 
 
 def rows(tmp_path: Path) -> list[dict[str, object]]:

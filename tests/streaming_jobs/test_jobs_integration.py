@@ -3,99 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from deltalake import DeltaTable
 
 from tests.conftest import Stack
+from tests.streaming_jobs.helpers import Event, deposit, make_job, opened, send
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass(frozen=True)
-class Job:
-    """A job file written for one test, with its own topics and lake."""
-
-    name: str
-    folder: Path
-    lake: Path
-    stack: Stack
-    env: dict[str, str] = field(default_factory=dict)
-
-    def run(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {
-            **self.stack.process_env(),
-            "CDCPIPE_LAKE": str(self.lake),
-            "CDCPIPE_SPARK_MASTER": "local[2]",
-            **self.env,
-        }
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "streaming_jobs.runner",
-                self.name,
-                "--jobs-dir",
-                str(self.folder),
-                "--trigger",
-                "available-now",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            check=False,
-        )
-        if check:
-            assert proc.returncode == 0, proc.stderr[-4000:]
-        return proc
-
-    def table(self, suffix: str = "") -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = DeltaTable(str(self.lake / f"out{suffix}")).to_pyarrow_table().to_pylist()
-        return rows
-
-    def checkpoint(self) -> Path:
-        return self.lake / "_checkpoints" / self.name
-
-    def counts(self) -> tuple[int, int]:
-        """(applied, dead letters) of the last run, as `cdcpipe jobs status` reads them."""
-        progress = json.loads((self.checkpoint() / "cdcpipe_progress.json").read_text())
-        return int(progress["applied"]), int(progress["dead_letters"])
-
-
-def make_job(
-    stack: Stack, tmp_path: Path, kind: str, topics: list[str], env: dict[str, str] | None = None, **extra: object
-) -> Job:
-    name = f"job-{uuid.uuid4().hex[:8]}"
-    folder = tmp_path / "jobs"
-    folder.mkdir()
-    lines = [f'name = "{name}"', f'kind = "{kind}"', f"topics = {json.dumps(topics)}", 'table = "out"']
-    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
-    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
-    return Job(name, folder, tmp_path / "lake", stack, env or {})
-
-
-Event = tuple[str | None, str, str | None, dict[str, str] | None]
-
-
-def send(stack: Stack, topic: str, events: list[Event]) -> list[str]:
-    """(key, event type, payload text, extra headers) in the outbox wire format; returns the event ids."""
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
-    ids = []
-    for key, event_type, value, headers in events:
-        event_id = str(uuid.uuid4())
-        ids.append(event_id)
-        all_headers = {"id": event_id, "eventType": event_type, "eventVersion": "1", **(headers or {})}
-        producer.produce(topic, key=key, value=value, headers=list(all_headers.items()))
-    assert producer.flush(30) == 0
-    return ids
 
 
 def assert_each_batch_is_one_commit(table: Path) -> None:
@@ -114,14 +30,6 @@ def assert_each_batch_is_one_commit(table: Path) -> None:
         assert any("txn" in a for a in actions), f"{commit.name}: rows committed without txnAppId/txnVersion"
         assert '"applied"' in (info.get("userMetadata") or ""), f"{commit.name}: rows committed without their offsets"
     assert data_commits, f"no commit of {table} added rows"
-
-
-def deposit(account: str, amount: int) -> str:
-    return json.dumps({"account_id": account, "amount": amount, "currency": "EUR"})
-
-
-def opened(account: str) -> str:
-    return json.dumps({"account_id": account, "owner": account.upper(), "currency": "EUR"})
 
 
 def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Stack
-from tests.streaming_jobs.test_jobs_integration import deposit, make_job, opened, send
+from tests.streaming_jobs.helpers import deposit, make_job, opened, send
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from deltalake import DeltaTable
 
 from tests.conftest import Stack
-from tests.streaming_jobs.test_jobs_control_integration import job_env
-from tests.streaming_jobs.test_jobs_integration import deposit, opened
-from tests.streaming_jobs.test_rerun_integration import run, table_rows
+from tests.streaming_jobs.helpers import deposit, job_env, opened, run, table_rows
 
 pytestmark = pytest.mark.integration
 

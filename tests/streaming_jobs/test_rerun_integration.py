@@ -17,30 +17,15 @@ from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
 from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.test_relay_integration import wait_until
-from tests.streaming_jobs.test_jobs_control_integration import alive_and, job_env, status
-from tests.streaming_jobs.test_jobs_integration import Event, deposit, opened, send
+from tests.outbox_relay.helpers import wait_until
+from tests.streaming_jobs.helpers import Event, alive_and, deposit, job_env, opened, run, send, status, table_rows
 
 pytestmark = pytest.mark.integration
 BALANCES = "streaming_jobs.projections.balances:apply"
 
 
-def table_rows(path: Path, key: str) -> dict[str, dict[str, object]]:
-    """A Delta table read with delta-rs (not Spark), by `key`, without the time it was applied at."""
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    by_key = {str(r[key]): {k: v for k, v in r.items() if k != "_applied_at"} for r in rows}
-    assert len(by_key) == len(rows), f"{path}: {len(rows) - len(by_key)} duplicate {key}(s)"
-    return by_key
-
-
 def balances(path: Path) -> dict[str, object]:
     return {k: r["balance"] for k, r in table_rows(path, "account_id").items()}
-
-
-def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    result = cdcpipe(*args, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
 
 
 def deposits(stack: Stack, topic: str, rounds: int, accounts: int, expected: dict[str, int]) -> None:

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Stack
-from tests.streaming_jobs.test_jobs_integration import deposit, make_job, opened, send
-from tests.streaming_jobs.test_table_jobs_integration import change, row, send_changes
+from tests.streaming_jobs.helpers import change, deposit, make_job, opened, row, send, send_changes
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
 from tests.conftest import Stack, cdcpipe
-from tests.streaming_jobs.test_jobs_integration import make_job, opened, send
+from tests.streaming_jobs.helpers import make_job, opened, send
 
 pytestmark = pytest.mark.integration
 

@@ -8,42 +8,15 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
 from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.test_connectors_integration import shipped, wait_slot_active, wait_state, write_definition
+from tests.connectors.helpers import shipped, wait_slot_active, wait_state, write_definition
 from tests.kafka_helpers import read_topics
-from tests.streaming_jobs.test_jobs_integration import make_job
+from tests.streaming_jobs.helpers import T0, change, make_job, row, send_changes
 
 pytestmark = pytest.mark.integration
-
-T0 = 1_795_000_000_000  # ms
-
-
-def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None, lsn: int) -> str:
-    """A change event as Debezium's JSON converter (schemas disabled) writes it."""
-    return json.dumps(
-        {
-            "before": before,
-            "after": after,
-            "op": op,
-            "ts_ms": T0 + lsn,
-            "source": {"lsn": lsn, "ts_ms": T0 + lsn, "txId": lsn, "snapshot": "false"},
-        }
-    )
-
-
-def send_changes(stack: Stack, topic: str, changes: list[tuple[str, str | None]]) -> None:
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
-    for key, value in changes:
-        producer.produce(topic, key=json.dumps({"id": key}), value=value)
-    assert producer.flush(30) == 0
-
-
-def row(id_: str, balance: int) -> dict[str, object]:
-    return {"id": id_, "owner": id_.upper(), "balance": balance}
 
 
 FIRST_BATCH = [

@@ -14,8 +14,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 
 from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.test_relay_integration import wait_until
-from tests.streaming_jobs.test_jobs_integration import Job, make_job, opened
+from tests.outbox_relay.helpers import wait_until
+from tests.streaming_jobs.helpers import Job, make_job, opened
 
 pytestmark = pytest.mark.integration
 

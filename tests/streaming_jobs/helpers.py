@@ -1,0 +1,183 @@
+"""Helpers the streaming-job tests share: job files, records in the wire formats, running and watching jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from deltalake import DeltaTable
+
+from tests.conftest import Stack, cdcpipe
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job file written for one test, with its own topics and lake."""
+
+    name: str
+    folder: Path
+    lake: Path
+    stack: Stack
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        env = {
+            **self.stack.process_env(),
+            "CDCPIPE_LAKE": str(self.lake),
+            "CDCPIPE_SPARK_MASTER": "local[2]",
+            **self.env,
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streaming_jobs.runner",
+                self.name,
+                "--jobs-dir",
+                str(self.folder),
+                "--trigger",
+                "available-now",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+        if check:
+            assert proc.returncode == 0, proc.stderr[-4000:]
+        return proc
+
+    def table(self, suffix: str = "") -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = DeltaTable(str(self.lake / f"out{suffix}")).to_pyarrow_table().to_pylist()
+        return rows
+
+    def checkpoint(self) -> Path:
+        return self.lake / "_checkpoints" / self.name
+
+    def counts(self) -> tuple[int, int]:
+        """(applied, dead letters) of the last run, as `cdcpipe jobs status` reads them."""
+        progress = json.loads((self.checkpoint() / "cdcpipe_progress.json").read_text())
+        return int(progress["applied"]), int(progress["dead_letters"])
+
+
+def make_job(
+    stack: Stack, tmp_path: Path, kind: str, topics: list[str], env: dict[str, str] | None = None, **extra: object
+) -> Job:
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    lines = [f'name = "{name}"', f'kind = "{kind}"', f"topics = {json.dumps(topics)}", 'table = "out"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
+    return Job(name, folder, tmp_path / "lake", stack, env or {})
+
+
+Event = tuple[str | None, str, str | None, dict[str, str] | None]
+
+
+def send(stack: Stack, topic: str, events: list[Event]) -> list[str]:
+    """(key, event type, payload text, extra headers) in the outbox wire format; returns the event ids."""
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    ids = []
+    for key, event_type, value, headers in events:
+        event_id = str(uuid.uuid4())
+        ids.append(event_id)
+        all_headers = {"id": event_id, "eventType": event_type, "eventVersion": "1", **(headers or {})}
+        producer.produce(topic, key=key, value=value, headers=list(all_headers.items()))
+    assert producer.flush(30) == 0
+    return ids
+
+
+def deposit(account: str, amount: int) -> str:
+    return json.dumps({"account_id": account, "amount": amount, "currency": "EUR"})
+
+
+def opened(account: str) -> str:
+    return json.dumps({"account_id": account, "owner": account.upper(), "currency": "EUR"})
+
+
+T0 = 1_795_000_000_000  # ms
+
+
+def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None, lsn: int) -> str:
+    """A change event as Debezium's JSON converter (schemas disabled) writes it."""
+    return json.dumps(
+        {
+            "before": before,
+            "after": after,
+            "op": op,
+            "ts_ms": T0 + lsn,
+            "source": {"lsn": lsn, "ts_ms": T0 + lsn, "txId": lsn, "snapshot": "false"},
+        }
+    )
+
+
+def send_changes(stack: Stack, topic: str, changes: list[tuple[str, str | None]]) -> None:
+    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    for key, value in changes:
+        producer.produce(topic, key=json.dumps({"id": key}), value=value)
+    assert producer.flush(30) == 0
+
+
+def row(id_: str, balance: int) -> dict[str, object]:
+    return {"id": id_, "owner": id_.upper(), "balance": balance}
+
+
+def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object) -> tuple[str, dict[str, str]]:
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "jobs"
+    folder.mkdir(exist_ok=True)
+    lines = [f'name = "{name}"', f'kind = "{kind}"', f'topics = ["{topic}"]', 'table = "out"', 'trigger = "1s"']
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
+    env = {
+        **stack.process_env(),
+        "CDCPIPE_JOBS_DIRS": str(folder),
+        "CDCPIPE_LAKE": str(tmp_path / "lake"),
+        "CDCPIPE_SPARK_MASTER": "local[2]",
+    }
+    return name, env
+
+
+def status(name: str, env: dict[str, str]) -> dict[str, object]:
+    result = cdcpipe("jobs", "status", name, "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """`condition`, but fail at once with the job's log if the job died (instead of waiting out the timeout)."""
+
+    def check() -> bool:
+        if condition():
+            return True
+        if status(name, env)["running"] is False:
+            log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
+            pytest.fail(f"job {name} died:\n{log[-3000:]}")
+        return False
+
+    return check
+
+
+def table_rows(path: Path, key: str) -> dict[str, dict[str, object]]:
+    """A Delta table read with delta-rs (not Spark), by `key`, without the time it was applied at."""
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    by_key = {str(r[key]): {k: v for k, v in r.items() if k != "_applied_at"} for r in rows}
+    assert len(by_key) == len(rows), f"{path}: {len(rows) - len(by_key)} duplicate {key}(s)"
+    return by_key
+
+
+def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    result = cdcpipe(*args, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
