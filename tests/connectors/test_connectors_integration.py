@@ -66,7 +66,7 @@ def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: 
                 "acc-2",
                 "AccountOpened",
                 # Not [1, 2.5, None]: Debezium cannot expand an array of mixed types and sends such a payload
-                # as a JSON string (a known difference, in the README); our relay sends payloads as they are.
+                # as a JSON string (a known difference, in docs/connectors.md); our relay sends payloads as they are.
                 {"account_id": "acc-2", "owner": "Bo", "nested": {"a": [1, 2], "b": {"c": True}}},
             ),
             ("transfer", "tr-1", "TransferCompleted", {"transfer_id": "tr-1", "amount": 100, "note": "ünïcode ✓"}),
