@@ -56,7 +56,8 @@ from infra import gc_log
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
-from outbox_relay.relay import producer_config, take
+from outbox_relay.kafka import producer_config
+from outbox_relay.sql import take
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 

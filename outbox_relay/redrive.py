@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from outbox_relay.errors import RedriveError, RelayError
-from outbox_relay.relay import backlog_sql, read_backlog_row
+from outbox_relay.sql import backlog_sql, read_backlog_row
 from schemas.config import OutboxNames
 
 

@@ -21,231 +21,39 @@ The leader sleeps on LISTEN: the outbox's NOTIFY trigger wakes it at commit; the
 
 from __future__ import annotations
 
-import functools
 import gc
 import logging
 import os
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
-from psycopg import pq, sql
-from psycopg.adapt import Transformer
+from psycopg import sql
 
+from outbox_relay.backlog import BacklogProbe
+from outbox_relay.batches import Batch, DeadLetter, Refusal, Row, free_connection, record_bytes
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import KafkaUnavailableError, PublishStalledError, RelayError
+from outbox_relay.kafka import (
+    LEGAL_TOPIC,
+    PERMANENT_ERRORS,
+    PRODUCER_MAX_MESSAGE_BYTES,
+    STALLING_ERRORS,
+    producer_config,
+    stall_cause,
+)
 from outbox_relay.metrics import RelayMetrics
+from outbox_relay.sql import backlog_sql, dead_params, read_backlog_row, take
+from outbox_relay.wakeups import Wakeups
 from schemas.config import OutboxNames
 
 log = logging.getLogger("cdcpipe.relay")
-
-# The producer refuses anything larger than this itself (librdkafka's message.max.bytes).
-PRODUCER_MAX_MESSAGE_BYTES = 1_000_000
-# Record overhead beyond key, value and headers (batch and record headers), so the size check is safe.
-RECORD_OVERHEAD_BYTES = 256
-LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-# The backlog gauge counts the rows at the head of the outbox (by seq), up to this many; beyond, it shows
-# Postgres's running count of live rows (pg_stat_user_tables.n_live_tup). The age is the oldest head row's.
-# Why not count(*): it reads the whole outbox (160 ms of a core per million rows here) under one snapshot,
-# and while a snapshot is held, the rows the relay removes cannot be cleaned up: each take steps over them.
-# At a backlog of a million, counting every second did not yet slow a drain; at tens of millions the count
-# would run most of the time, and cost the most exactly while the relay catches up. The head takes ~20 ms.
-BACKLOG_COUNTED = 100_000
-
-# Errors after which the same record will never be accepted: the row becomes a dead letter. Nothing an
-# operator can fix on the cluster is here: a record refused for one of these is refused for what it is.
-PERMANENT_ERRORS = {
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError.INVALID_MSG_SIZE,
-    KafkaError.RECORD_LIST_TOO_LARGE,
-    KafkaError.INVALID_RECORD,
-    KafkaError.TOPIC_EXCEPTION,  # an illegal topic name
-    KafkaError._INVALID_ARG,
-}
-# Errors an operator fixes on the cluster (create the topic, grant the ACL): the batch goes back into the
-# outbox and publishing stalls, loudly, until they are fixed. Never a dead letter.
-STALLING_ERRORS = {
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-}
-
-
-class Row(NamedTuple):
-    """One outbox row as the relay reads it (a tuple: 2,000 of them are built per full batch)."""
-
-    seq: int
-    id: str
-    aggregatetype: str
-    aggregateid: str
-    type: str
-    type_version: str
-    payload: str | None
-    created_epoch: float
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why rows of an aggregate type can never be published (`kind` labels the metric)."""
-
-    reason: str
-    kind: str
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """A row that goes to the dead-letter table instead of Kafka."""
-
-    row: Row
-    reason: str
-    kind: str
-
-
-@dataclass
-class _Batch:
-    """Rows removed in `conn`'s open transaction and produced to Kafka, until Kafka acknowledged them."""
-
-    conn: psycopg.Connection[Any]
-    rows: list[Row]
-    began: float
-    taken: float
-    dead: list[DeadLetter] = field(default_factory=list)
-    outstanding: int = 0
-    failures: list[tuple[Message, KafkaError]] = field(default_factory=list)
-    fatal: bool = False
-    open: bool = True
-
-    def delivered(self, error: KafkaError | None, message: Message) -> None:
-        self.outstanding -= 1
-        if error is not None:
-            self.failures.append((message, error))
-            self.fatal = self.fatal or error.fatal()
-
-    def roll_back(self) -> None:
-        if self.open:
-            self.open = False
-            self.conn.execute("ROLLBACK")
-
-
-# A plain DELETE ... RETURNING, sorted by the relay: the server-side ORDER BY needed a CTE that copied the
-# batch once more, and cost about 15% of the statement.
-_RETURNING = sql.SQL(
-    "RETURNING seq, id::text, aggregatetype, aggregateid, type, type_version::text, payload::text, "
-    "extract(epoch FROM created_at)::float8"
-)
-
-
-@functools.cache
-def take_sql(names: OutboxNames) -> sql.Composed:
-    """Remove the oldest visible rows, at most %s of them, and return them (in no order: sort by seq).
-
-    `seq = ANY(ARRAY(...))`, not `seq IN (SELECT ...)`: the IN form is a join, and after a drain, when
-    autovacuum's statistics say the outbox is empty, Postgres joined by scanning the table once per row
-    taken (4 s for 2,000 rows in a test; minutes for the form with the in-flight rows left out). An array of
-    keys leaves it no such plan.
-    """
-    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
-    return sql.SQL(
-        "DELETE FROM {outbox} WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} ORDER BY seq LIMIT %s)) {returning}"
-    ).format(outbox=outbox, returning=_RETURNING)
-
-
-@functools.cache
-def take_after_sql(names: OutboxNames) -> sql.Composed:
-    """As `take_sql`, leaving out the seqs in %s (the batches in flight on the other connections).
-
-    Only those rows are left out, not every seq below the batch's highest: a row that became visible since
-    (a transaction that drew its seq early and committed late) is taken now, before later events of its
-    aggregate. Without the exclusion the DELETE would wait on the in-flight batch's row locks. `NOT IN` a
-    subquery is a hash lookup per row whatever the statistics say.
-    """
-    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
-    return sql.SQL(
-        "DELETE FROM {outbox} WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} "
-        "WHERE seq NOT IN (SELECT unnest(%s::bigint[])) ORDER BY seq LIMIT %s)) {returning}"
-    ).format(outbox=outbox, returning=_RETURNING)
-
-
-def take(
-    conn: psycopg.Connection[Any], names: OutboxNames, limit: int, in_flight: Iterable[int] = ()
-) -> list[tuple[Any, ...]]:
-    """BEGIN, and remove at most `limit` rows (`take_sql`), leaving out the seqs in `in_flight` (`take_after_sql`).
-
-    The transaction stays open: the caller COMMITs once Kafka holds the rows, or rolls back.
-
-    BEGIN and the DELETE go to Postgres as one query string through libpq's PQexec, which psycopg runs
-    without holding Python's GIL. Through a cursor, a thread needs the GIL back after the BEGIN and for each
-    chunk of the 2 MB result, and waits for it whenever another thread runs Python (the relay's main thread,
-    producing): 3-4 ms for the BEGIN alone, in a 20 ms DELETE. So the values are literals in the text, merged
-    by psycopg's client-side quoting: the limit, and the seqs as one array literal (which also beats psycopg's
-    list dumper: 2 ms in Python for the 4,000 seqs of two batches).
-
-    Not a prepared statement run by EXECUTE: Postgres then stores the DELETE's result twice before sending it,
-    and serial takes ran 7-10% slower. Planning the literal statement costs about 0.1 ms.
-    """
-    seqs = ",".join(map(str, in_flight))
-    statement, params = (take_after_sql(names), ("{" + seqs + "}", limit)) if seqs else (take_sql(names), (limit,))
-    query = b"BEGIN; " + psycopg.ClientCursor(conn).mogrify(statement, params).encode()
-    result = conn.pgconn.exec_(query)
-    if result.status != pq.ExecStatus.TUPLES_OK:
-        raise _take_failed(conn, result)
-    loader = Transformer.from_context(conn)
-    loader.set_pgresult(result)
-    return loader.load_rows(0, result.ntuples, tuple)
-
-
-def _take_failed(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> psycopg.Error:
-    """The error of a take that failed; its transaction is rolled back if the connection still stands."""
-    if conn.pgconn.status != pq.ConnStatus.OK:
-        message = result.error_message.decode(errors="replace").strip() or "no message"
-        return psycopg.OperationalError(f"the connection was lost while taking a batch: {message}")
-    if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-        conn.execute("ROLLBACK")
-    return psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-
-
-def backlog_sql(names: OutboxNames) -> sql.Composed:
-    """(rows at the head of the outbox, age of the oldest of them in seconds, Postgres's count of live rows)."""
-    return sql.SQL(
-        "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8, "
-        "(SELECT pg_catalog.pg_stat_get_live_tuples(c.oid) FROM pg_catalog.pg_class c "
-        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {schema} AND c.relname = {table}) "
-        "FROM (SELECT created_at FROM {outbox} ORDER BY seq LIMIT {counted}) AS head"
-    ).format(
-        outbox=sql.Identifier(names.outbox_schema, names.outbox_table),
-        schema=sql.Literal(names.outbox_schema),
-        table=sql.Literal(names.outbox_table),
-        counted=sql.Literal(BACKLOG_COUNTED),
-    )
-
-
-def producer_config(settings: RelaySettings) -> dict[str, str | int | float | bool]:
-    """The relay's producer: idempotent, acks=all, so a retried send can neither duplicate nor reorder."""
-    return {
-        "bootstrap.servers": settings.kafka_bootstrap,
-        "client.id": f"cdcpipe-relay-{os.getpid()}",
-        "enable.idempotence": True,
-        "acks": "all",
-        # The Java client's partitioner (librdkafka's own default hashes keys differently): an aggregate lands in
-        # the partition Debezium's Connect worker puts it in, so switching publishers keeps its order.
-        "partitioner": "murmur2_random",
-        "linger.ms": settings.linger_ms,
-        "message.timeout.ms": int(settings.delivery_timeout_s * 1000),
-        "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
-        "queue.buffering.max.messages": max(100_000, 2 * settings.batch_size),
-        # librdkafka leaves Nagle's algorithm on (the Java client turns it off): a small produce request could
-        # wait behind the broker's delayed ACK, milliseconds added to a batch that is waiting for its ack.
-        "socket.nagle.disable": True,
-    }
 
 
 class Relay:
@@ -394,15 +202,15 @@ class Relay:
 
         No batch is taken on `lead`: a take goes through libpq directly (see `take`), and notifications that
         arrived meanwhile would wait in libpq's queue, unseen by psycopg's `notifies()` until the next one.
-        Busy or not, `lead`'s notifications are read at every take and every wait (see `_Wakeups`).
+        Busy or not, `lead`'s notifications are read at every take and every wait (see `Wakeups`).
         """
         lead.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.notify_channel)))
-        wakeups = _Wakeups(lead, self.stop)
+        wakeups = Wakeups(lead, self.stop)
         kafka_backoff = _Backoff(self.settings.backoff_max_s)
-        backlog = _BacklogProbe(self, stop_when=self.stop)
+        backlog = BacklogProbe(self, stop_when=self.stop)
         backlog.start()
-        in_flight: deque[_Batch] = deque()  # produced, not yet committed; oldest first
-        ahead: Future[_Batch | None] | None = None  # the next take, running on the taker thread
+        in_flight: deque[Batch] = deque()  # produced, not yet committed; oldest first
+        ahead: Future[Batch | None] | None = None  # the next take, running on the taker thread
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="cdcpipe-relay-take") as taker:
                 while not self.stop.is_set():
@@ -411,13 +219,13 @@ class Relay:
                             batch, ahead = ahead.result(), None
                         else:
                             wakeups.before_take()
-                            batch = self._take(_free(conns, in_flight), in_flight)
+                            batch = self._take(free_connection(conns, in_flight), in_flight)
                         if batch is not None:
                             in_flight.append(batch)
                             if len(batch.rows) == self.settings.batch_size:
                                 # Before producing: Postgres removes the next batch while this one is produced.
                                 wakeups.before_take()
-                                ahead = taker.submit(self._take, _free(conns, in_flight), list(in_flight))
+                                ahead = taker.submit(self._take, free_connection(conns, in_flight), list(in_flight))
                             self._produce(batch)
                         # The newest batch stays in flight only while the next one is being taken.
                         while len(in_flight) > (1 if ahead is not None else 0):
@@ -484,7 +292,7 @@ class Relay:
             ).format(self._status)
         )
 
-    def _roll_back(self, ahead: Future[_Batch | None] | None, in_flight: deque[_Batch]) -> None:
+    def _roll_back(self, ahead: Future[Batch | None] | None, in_flight: deque[Batch]) -> None:
         """Put every batch not committed back into the outbox (once the taker is done with its own)."""
         taken = ahead.result() if ahead is not None else None
         if taken is not None:
@@ -494,7 +302,7 @@ class Relay:
 
     # --- one batch ---------------------------------------------------------------------------------------
 
-    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[_Batch]) -> _Batch | None:
+    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[Batch]) -> Batch | None:
         """Open a transaction on `conn` and remove the next rows, but those in flight; None if there are none.
 
         Runs on the taker thread too: it touches only `conn` and its arguments.
@@ -505,9 +313,9 @@ class Relay:
         if not rows:
             conn.execute("COMMIT")
             return None
-        return _Batch(conn, rows, began, time.perf_counter())
+        return Batch(conn, rows, began, time.perf_counter())
 
-    def _produce(self, batch: _Batch) -> None:
+    def _produce(self, batch: Batch) -> None:
         """Hand every row to the producer; rows that can never be published become the batch's dead letters.
 
         Every topic the batch needs is checked before the first record is produced: a topic that cannot take
@@ -525,7 +333,7 @@ class Relay:
                 batch.dead.append(DeadLetter(row, target.reason, target.kind))
                 continue
             topic, limit = target
-            size = _record_bytes(row)
+            size = record_bytes(row)
             if size > limit and row.aggregatetype not in rechecked:
                 # The limit may have been raised since it was read (to let a redriven record through).
                 rechecked.add(row.aggregatetype)
@@ -565,13 +373,13 @@ class Relay:
                         ) from exc
                     if error.code() in STALLING_ERRORS:
                         self._forget_topic(topic)
-                        raise PublishStalledError(topic, _stall_cause(topic, error)) from exc
+                        raise PublishStalledError(topic, stall_cause(topic, error)) from exc
                     if error.code() not in PERMANENT_ERRORS:
                         raise KafkaUnavailableError(f"Kafka refused a record for now: {error.name()}") from exc
                     batch.dead.append(DeadLetter(row, f"Kafka refused the record: {error}", "refused"))
                     break
 
-    def _finish(self, batch: _Batch, wakeups: _Wakeups) -> None:
+    def _finish(self, batch: Batch, wakeups: Wakeups) -> None:
         """Wait until Kafka acknowledged the batch, bury its dead letters and COMMIT the removal."""
         deadline = time.monotonic() + self.settings.delivery_timeout_s + 5
         while batch.outstanding > 0 and not batch.fatal:
@@ -592,7 +400,7 @@ class Relay:
         if stalled:
             message, error = stalled[0]
             self._forget_topic(str(message.topic()))
-            raise PublishStalledError(str(message.topic()), _stall_cause(str(message.topic()), error))
+            raise PublishStalledError(str(message.topic()), stall_cause(str(message.topic()), error))
         retry = [(m, e) for m, e in batch.failures if e.code() not in PERMANENT_ERRORS]
         if retry:
             message, error = retry[0]
@@ -612,7 +420,7 @@ class Relay:
         acked = time.perf_counter()
         if dead:
             with batch.conn.cursor() as cur:
-                cur.executemany(self._bury, [_dead_params(d) for d in dead])
+                cur.executemany(self._bury, [dead_params(d) for d in dead])
             self._dead_aggregates.update((d.row.aggregatetype, d.row.aggregateid) for d in dead)
         if self._dead_aggregates:
             self._mark_overtaken(batch, dead)
@@ -634,7 +442,7 @@ class Relay:
             self.metrics.dead_letters.labels(d.kind).inc()
             log.error("dead letter: outbox seq %d (event %s): %s", d.row.seq, d.row.id, d.reason)
 
-    def _mark_overtaken(self, batch: _Batch, dead: list[DeadLetter]) -> None:
+    def _mark_overtaken(self, batch: Batch, dead: list[DeadLetter]) -> None:
         """Mark the dead letters of aggregates this batch publishes a later event of (see `relay redrive`).
 
         Runs in the batch's transaction, so a dead letter is marked exactly when the later event is published.
@@ -690,7 +498,7 @@ class Relay:
         found = metadata.topics.get(topic)
         error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
         if error is not None:
-            raise PublishStalledError(topic, _stall_cause(topic, error))
+            raise PublishStalledError(topic, stall_cause(topic, error))
 
     def _max_record_bytes(self, topic: str) -> int:
         """The topic's max.message.bytes (the broker's default for a topic not created yet)."""
@@ -711,143 +519,6 @@ class Relay:
     def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
         """Rows waiting and the age of the oldest, in seconds: see `BACKLOG_COUNTED`."""
         return read_backlog_row(conn.execute(self._backlog).fetchone())
-
-
-def read_backlog_row(row: tuple[Any, ...] | None) -> tuple[int, float]:
-    """`backlog_sql`'s row as (rows waiting, age of the oldest in seconds): see `BACKLOG_COUNTED`."""
-    if row is None:
-        return 0, 0.0
-    counted, age, live = int(row[0]), float(row[1]), int(row[2] or 0)
-    return (counted if counted < BACKLOG_COUNTED else max(counted, live)), age
-
-
-def _stall_cause(topic: str, error: KafkaError) -> str:
-    """What is wrong with a topic that stalls publishing, and the fix."""
-    code = error.code()
-    if code in (KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-        return (
-            f"the topic does not exist ({error.name()}) and this relay does not create topics: declare it in a "
-            f"topic file and run `cdcpipe topics apply`, or create it on the cluster"
-        )
-    if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-        return f"the relay's principal is not authorized ({error.name()}): grant it WRITE and DESCRIBE on topic {topic}"
-    return f"{error.name()}: {error.str()}"
-
-
-def _free(conns: list[psycopg.Connection[Any]], in_flight: Sequence[_Batch]) -> psycopg.Connection[Any]:
-    """The first connection no batch in flight holds a transaction on."""
-    return next(c for c in conns if all(batch.conn is not c for batch in in_flight))
-
-
-def _record_bytes(row: Row) -> int:
-    """The record's size in Kafka, within RECORD_OVERHEAD_BYTES: UTF-8 bytes, encoding only what is not ASCII."""
-    size = RECORD_OVERHEAD_BYTES
-    for text in (row.payload or "", row.aggregateid, row.id, row.type, row.type_version):
-        size += len(text) if text.isascii() else len(text.encode())
-    return size
-
-
-def _dead_params(dead: DeadLetter) -> tuple[object, ...]:
-    r = dead.row
-    return (
-        r.seq,
-        r.id,
-        r.aggregatetype,
-        r.aggregateid,
-        r.type,
-        r.type_version,
-        r.payload,
-        r.created_epoch,
-        dead.reason,
-    )
-
-
-class _Wakeups:
-    """The leader's LISTEN connection, read at every take and every wait; its notifications kept as one flag.
-
-    A notification only says "rows were committed", and a take sees every row committed before it began.
-    So the relay needs one flag: set when a notification is read, cleared when a take begins.
-
-    Why read them while busy, when the relay is not going to wait for them: Postgres sends a listener its
-    notifications under a snapshot that it holds until all are sent. Left unread while the relay is behind
-    (or waits for Kafka), a busy application's commits fill the socket within minutes (a few MB: between
-    100,000 and 200,000 notifications here), and the listening backend blocks in the send with that
-    snapshot held. No VACUUM could then remove a row deleted in any table of the database until the relay
-    caught up, and every take had to step over all the rows removed since: the further behind, the slower.
-    A drain of 1,000,000 rows, 300,000 notifications arriving at its start, took 89-94 s so; 17 s now, as
-    without the notifications.
-    """
-
-    def __init__(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:
-        self._conn = conn
-        self._stop = stop
-        self._announced = False
-
-    def read(self) -> None:
-        """Read every notification that arrived, without waiting (a few microseconds when there are none).
-
-        Until none is left: one call reads what libpq's buffer holds (16 kB, some 400 notifications), and the
-        backend keeps its snapshot until it has sent the last one.
-        """
-        while sum(1 for _ in self._conn.notifies(timeout=0)):
-            self._announced = True
-
-    def before_take(self) -> None:
-        """A take begins next: it sees the rows of every notification read until now."""
-        self.read()
-        self._announced = False
-
-    def sleep(self, seconds: float) -> None:
-        """Until rows are announced (perhaps while the last batch ran), `seconds` passed, or stop."""
-        self._wait(seconds, until_announced=True)
-
-    def pause(self, seconds: float) -> None:
-        """`seconds` (or until stop), reading notifications meanwhile."""
-        self._wait(seconds, until_announced=False)
-
-    def _wait(self, seconds: float, *, until_announced: bool) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stop.is_set() and not (until_announced and self._announced):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            # Slices of at most 0.5s, so a stop request is seen promptly.
-            for _ in self._conn.notifies(timeout=min(left, 0.5), stop_after=1 if until_announced else None):
-                self._announced = True
-
-
-class _BacklogProbe(threading.Thread):
-    """Reads the backlog on a connection of its own, so a slow count never delays a batch."""
-
-    def __init__(self, relay: Relay, stop_when: threading.Event) -> None:
-        super().__init__(name="cdcpipe-relay-backlog", daemon=True)
-        self._relay = relay
-        self._halt = threading.Event()
-        self._outer = stop_when
-
-    def stop(self) -> None:
-        self._halt.set()
-
-    def run(self) -> None:
-        interval = self._relay.settings.backlog_interval_s
-        conn: psycopg.Connection[Any] | None = None
-        while not self._halt.is_set() and not self._outer.is_set():
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(
-                        self._relay.settings.pg_dsn.get_secret_value(),
-                        autocommit=True,
-                        application_name="cdcpipe-relay-backlog",
-                        connect_timeout=5,
-                    )
-                count, age = self._relay.read_backlog(conn)
-                self._relay.metrics.backlog.set(count)
-                self._relay.metrics.backlog_age.set(age)
-            except psycopg.Error:
-                conn = None  # the main loop reports outages; here they only pause the gauge
-            self._halt.wait(interval)
-        if conn is not None:
-            conn.close()
 
 
 class _Backoff:

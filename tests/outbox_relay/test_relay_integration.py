@@ -20,9 +20,10 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from outbox_relay import relay as relay_module
+from outbox_relay import sql as relay_sql
 from outbox_relay.errors import RelayError
-from outbox_relay.relay import Relay, backlog_sql, take, take_after_sql, take_sql
+from outbox_relay.relay import Relay
+from outbox_relay.sql import backlog_sql, take, take_after_sql, take_sql
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
 from schemas.emit import emit
@@ -408,7 +409,7 @@ def test_the_backlog_counts_the_head_of_the_outbox_and_takes_postgres_count_beyo
     The head is cut to 1,000 rows here. With the real 100,000, an outbox of 120,000 small rows is cheaper to
     sort whole, and Postgres does so; it walks the index for large outboxes, which this test stands for.
     """
-    monkeypatch.setattr(relay_module, "BACKLOG_COUNTED", 1000)
+    monkeypatch.setattr(relay_sql, "BACKLOG_COUNTED", 1000)
     relay = Relay(outbox.relay_settings(stack), outbox.names)
     table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
