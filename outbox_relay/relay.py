@@ -33,23 +33,23 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from outbox_relay import leader
 from outbox_relay.backlog import BacklogProbe
 from outbox_relay.batches import Batch, DeadLetter, Refusal, Row, free_connection, record_bytes
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import KafkaUnavailableError, PublishStalledError, RelayError
 from outbox_relay.kafka import (
-    LEGAL_TOPIC,
     PERMANENT_ERRORS,
-    PRODUCER_MAX_MESSAGE_BYTES,
     STALLING_ERRORS,
     producer_config,
     stall_cause,
 )
 from outbox_relay.metrics import RelayMetrics
 from outbox_relay.sql import backlog_sql, dead_params, read_backlog_row, take
+from outbox_relay.topics import TopicTargets
 from outbox_relay.wakeups import Wakeups
 from schemas.config import OutboxNames
 
@@ -72,8 +72,10 @@ class Relay:
         self.stop = stop or threading.Event()
         self.metrics = metrics or RelayMetrics()
         self._producer = self._new_producer()
-        self._admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "logger": log})  # type: ignore[dict-item]
-        self._topic_limits: dict[str, tuple[str, int] | Refusal] = {}
+        self._topics = TopicTargets(
+            settings,
+            AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "logger": log}),  # type: ignore[dict-item]
+        )
         # Aggregates with a dead letter no later event of theirs has been published after yet.
         self._dead_aggregates: set[tuple[str, str]] = set()
         self._stalled: set[str] = set()
@@ -176,20 +178,10 @@ class Relay:
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
         """Wait until this relay holds the outbox's leader lock; False if stopped first."""
-        announced = False
-        while not self.stop.is_set():
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(hashtext('cdcpipe.relay'), hashtext(%s))", (self._lock_key,)
-            ).fetchone()
-            if row and row[0]:
-                log.info("leader for %s: publishing", self._lock_key)
-                self.metrics.leader.set(1)
-                return True
-            if not announced:
-                log.info("standby for %s: another relay is publishing; taking over when it stops", self._lock_key)
-                announced = True
-            self.stop.wait(self.settings.standby_retry_s)
-        return False
+        if not leader.wait_for_lock(conn, self._lock_key, self.stop, self.settings.standby_retry_s):
+            return False
+        self.metrics.leader.set(1)
+        return True
 
     def _serve(self, lead: psycopg.Connection[Any], conns: list[psycopg.Connection[Any]]) -> None:
         """Publish batches until stopped. `lead` holds the leader lock and LISTENs; batches are taken on `conns`.
@@ -321,10 +313,7 @@ class Relay:
         Every topic the batch needs is checked before the first record is produced: a topic that cannot take
         records yet (missing, or an ACL lacking) stalls the whole batch, and none of it is sent twice.
         """
-        targets = {
-            kind: self._topic_limits.get(kind) or self._resolve_topic(kind)
-            for kind in {row.aggregatetype for row in batch.rows}
-        }
+        targets = {kind: self._topics.target(kind) for kind in {row.aggregatetype for row in batch.rows}}
         producer = self._producer
         rechecked: set[str] = set()
         for row in batch.rows:
@@ -337,8 +326,8 @@ class Relay:
             if size > limit and row.aggregatetype not in rechecked:
                 # The limit may have been raised since it was read (to let a redriven record through).
                 rechecked.add(row.aggregatetype)
-                limit = self._max_record_bytes(topic)
-                targets[row.aggregatetype] = self._topic_limits[row.aggregatetype] = (topic, limit)
+                limit = self._topics.max_record_bytes(topic)
+                targets[row.aggregatetype] = self._topics.remember(row.aggregatetype, (topic, limit))
             if size > limit:
                 batch.dead.append(
                     DeadLetter(
@@ -372,7 +361,7 @@ class Relay:
                             f"the producer hit a fatal error ({error.name()}: {error.str()}) and was replaced"
                         ) from exc
                     if error.code() in STALLING_ERRORS:
-                        self._forget_topic(topic)
+                        self._topics.forget(topic)
                         raise PublishStalledError(topic, stall_cause(topic, error)) from exc
                     if error.code() not in PERMANENT_ERRORS:
                         raise KafkaUnavailableError(f"Kafka refused a record for now: {error.name()}") from exc
@@ -399,7 +388,7 @@ class Relay:
         stalled = [(m, e) for m, e in batch.failures if e.code() in STALLING_ERRORS]
         if stalled:
             message, error = stalled[0]
-            self._forget_topic(str(message.topic()))
+            self._topics.forget(str(message.topic()))
             raise PublishStalledError(str(message.topic()), stall_cause(str(message.topic()), error))
         retry = [(m, e) for m, e in batch.failures if e.code() not in PERMANENT_ERRORS]
         if retry:
@@ -459,59 +448,6 @@ class Relay:
         batch.conn.execute(self._overtake, (list(kinds), list(ids), list(seqs)))
         # Their dead letters up to now are marked; a later one is added back when it is buried.
         self._dead_aggregates.difference_update(later)
-
-    def _forget_topic(self, topic: str) -> None:
-        """Resolve the aggregate types of `topic` again at their next batch (it may have been deleted)."""
-        for kind, target in list(self._topic_limits.items()):
-            if isinstance(target, tuple) and target[0] == topic:
-                del self._topic_limits[kind]
-
-    def _resolve_topic(self, aggregate_type: str) -> tuple[str, int] | Refusal:
-        """The topic of an aggregate type and the largest record it takes; or why it can have none."""
-        allowed = self.settings.allowed_aggregate_types
-        topic = self.settings.topic_for(aggregate_type)
-        result: tuple[str, int] | Refusal
-        if allowed and aggregate_type not in allowed:
-            result = Refusal(
-                f"aggregate type {aggregate_type!r} is not in CDCPIPE_ALLOWED_AGGREGATE_TYPES "
-                f"({sorted(allowed)}); add it there to publish these events",
-                "not_allowed",
-            )
-        elif not LEGAL_TOPIC.fullmatch(topic):
-            result = Refusal(
-                f"aggregate type {aggregate_type!r} gives the topic name {topic!r}, which Kafka "
-                "does not allow (letters, digits, '.', '_', '-'; at most 249)",
-                "bad_topic",
-            )
-        else:
-            self._check_topic(topic)  # raises while it cannot take records: nothing is cached then
-            result = (topic, self._max_record_bytes(topic))
-        self._topic_limits[aggregate_type] = result
-        return result
-
-    def _check_topic(self, topic: str) -> None:
-        """Raise `PublishStalledError` unless the topic exists and this relay may see it."""
-        try:
-            metadata = self._admin.list_topics(topic=topic, timeout=10)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(f"cannot read topic {topic}'s metadata: {exc.args[0]}") from exc
-        found = metadata.topics.get(topic)
-        error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
-        if error is not None:
-            raise PublishStalledError(topic, stall_cause(topic, error))
-
-    def _max_record_bytes(self, topic: str) -> int:
-        """The topic's max.message.bytes (the broker's default for a topic not created yet)."""
-        resources = [ConfigResource(ResourceType.TOPIC, topic), ConfigResource(ResourceType.BROKER, "1")]
-        limit = PRODUCER_MAX_MESSAGE_BYTES
-        for resource, key in zip(resources, ("max.message.bytes", "message.max.bytes"), strict=True):
-            try:
-                configs = self._admin.describe_configs([resource], request_timeout=10)[resource].result()
-            except KafkaException:
-                continue  # no right to describe it: try the broker's default
-            if key in configs:
-                return min(limit, int(configs[key].value))
-        return limit
 
     def _new_producer(self) -> Producer:
         return Producer({**producer_config(self.settings), "logger": log})
