@@ -9,7 +9,7 @@ with. No contracts, no dead letters, no dedupe, no headers. The jobs bench measu
 job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
 no job can go below here.
 
-It writes its progress as a job does (`streaming_jobs.checkpoints.write_progress`), for the bench's batch summary.
+It writes its progress as a job does (`streaming_jobs.once.checkpoints.write_progress`), for the bench's batch summary.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 from pyspark.sql.functions import col
 
-from streaming_jobs.checkpoints import write_progress
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.once.checkpoints import write_progress
 from streaming_jobs.spark_session import build_spark_session
 
 

@@ -45,7 +45,7 @@ from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
-from streaming_jobs.checkpoints import PROGRESS_FILE
+from streaming_jobs.once.checkpoints import PROGRESS_FILE
 
 RESULTS = Path(__file__).parent / "results"
 PARTITIONS = 4
@@ -103,7 +103,7 @@ def latency(
             str(checkpoint),
         ]
     else:
-        command = [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)]
+        command = [sys.executable, "-m", "streaming_jobs.run.runner", name, "--jobs-dir", str(jobs)]
     # The job runs as `cdcpipe jobs submit` runs it: its own driver process.
     driver = subprocess.Popen(
         command,
@@ -330,7 +330,7 @@ def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[s
     job_file(jobs, name, "latest_state", topic, "available-now")
     began = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "streaming_jobs.runner", name, "--jobs-dir", str(jobs)],
+        [sys.executable, "-m", "streaming_jobs.run.runner", name, "--jobs-dir", str(jobs)],
         env={**env, "CDCPIPE_LAKE": str(lake)},
         check=True,
         capture_output=True,

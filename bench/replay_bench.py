@@ -5,8 +5,8 @@
 Needs the stack running (Kafka; Spark runs in this process, local[2], beside the whole stack on the two
 cores). One 4-partition topic is filled with the largest size of 1 KB AccountOpened events over 10,000
 accounts; each size is then rebuilt into a fresh table with a fresh checkpoint by the replay engine
-(`streaming_jobs.backfill.apply_range`, what `cdcpipe jobs replay` runs) over offsets [earliest, earliest + share).
-A latest-state replay is reduced to each key's newest event outside Spark (streaming_jobs.reduce) before
+(`streaming_jobs.ranges.backfill.apply_range`, what `cdcpipe jobs replay` runs) over offsets [earliest, earliest + share).
+A latest-state replay is reduced to each key's newest event outside Spark (streaming_jobs.ranges.reduce) before
 Spark applies it; with --compare (the default) the largest size is also run with Spark reading every
 record (`--no-reduce`), and the ratio is reported.
 Reported per size: seconds and events/s (Spark session start excluded, the same for every size); and the
@@ -55,11 +55,11 @@ def main() -> None:
     fill_s = time.monotonic() - began
 
     # Imported here: pyspark starts nothing until a session is built, but keep the fill free of it.
-    from streaming_jobs.backfill import apply_range
     from streaming_jobs.config import SparkSettings
-    from streaming_jobs.jobs import JobSpec
-    from streaming_jobs.locations import Location
-    from streaming_jobs.positions import KafkaPositions, Position, resolve_range
+    from streaming_jobs.jobs.locations import Location
+    from streaming_jobs.jobs.spec import JobSpec
+    from streaming_jobs.ranges.backfill import apply_range
+    from streaming_jobs.ranges.positions import KafkaPositions, Position, resolve_range
     from streaming_jobs.spark_session import build_spark_session
 
     settings = SparkSettings.load()

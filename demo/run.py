@@ -107,8 +107,8 @@ def run(say: Callable[[str], None] = print) -> None:
     stack = StackSettings.load()
     env = {**os.environ, **env_values(stack)}
     os.environ.update(env)  # the settings loaded below, in this process, read the same stack
-    from streaming_jobs import control as job_control
     from streaming_jobs.config import SparkSettings
+    from streaming_jobs.run import control as job_control
 
     names, schema_settings = OutboxNames.load(), SchemaSettings.load()
     dsn = schema_settings.pg_dsn.get_secret_value()

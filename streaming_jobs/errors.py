@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from cdcpipe.errors import CdcpipeError
 
 if TYPE_CHECKING:
-    from streaming_jobs.retention import Gap
+    from streaming_jobs.run.retention import Gap
 
 
 class StreamingError(CdcpipeError):

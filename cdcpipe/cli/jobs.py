@@ -32,7 +32,7 @@ def jobs_submit(
     trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
 ) -> None:
     """Start a job in the background, tracked by pid (its log: <lake>/_jobs/NAME.log)."""
-    from streaming_jobs import control as job_control
+    from streaming_jobs.run import control as job_control
 
     settings = SparkSettings.load()
     pid = job_control.submit(settings, name, master=master, trigger=trigger)
@@ -42,7 +42,7 @@ def jobs_submit(
 @app.command("list")
 def jobs_list() -> None:
     """Every declared job: kind, table, topics, running or not."""
-    from streaming_jobs import control as job_control
+    from streaming_jobs.run import control as job_control
 
     settings = SparkSettings.load()
     for spec, where, running in job_control.listing(settings):
@@ -53,7 +53,7 @@ def jobs_list() -> None:
 @app.command("status")
 def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
-    from streaming_jobs import control as job_control
+    from streaming_jobs.run import control as job_control
 
     report = job_control.status(SparkSettings.load(), name)
     if as_json:
@@ -79,7 +79,7 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
 @app.command("stop")
 def jobs_stop(name: str) -> None:
     """Stop gracefully: the micro-batch in flight finishes first."""
-    from streaming_jobs import control as job_control
+    from streaming_jobs.run import control as job_control
 
     stopped = job_control.stop(SparkSettings.load(), name)
     typer.echo(f"{name}: {'stopped' if stopped else 'was not running'}")
@@ -88,7 +88,7 @@ def jobs_stop(name: str) -> None:
 @app.command("optimize")
 def jobs_optimize(name: str) -> None:
     """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
-    from streaming_jobs import control as job_control
+    from streaming_jobs.run import control as job_control
 
     table = job_control.optimize(SparkSettings.load(), name)
     typer.echo(f"{name}: compacted {table}")
@@ -97,8 +97,9 @@ def jobs_optimize(name: str) -> None:
 @app.command("rewind")
 def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}")) -> None:
     """Resume the job from an earlier position (a new checkpoint); rows it holds are not applied twice."""
-    from streaming_jobs import positions, rerun
-    from streaming_jobs.jobs import find as find_job
+    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.ranges import commands as rerun
+    from streaming_jobs.ranges import positions
 
     settings = SparkSettings.load()
     where, before, after = rerun.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
@@ -110,8 +111,8 @@ def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to r
 @app.command("accept-topics")
 def jobs_accept_topics(name: str) -> None:
     """Take the job's topics as they are now, after one was deleted and created again or gained partitions."""
-    from streaming_jobs import rerun
-    from streaming_jobs.jobs import find as find_job
+    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.ranges import commands as rerun
 
     settings = SparkSettings.load()
     accepted = rerun.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
@@ -136,8 +137,9 @@ def backfill_command(
     ),
 ) -> None:
     """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
-    from streaming_jobs import positions, rerun
-    from streaming_jobs.jobs import find as find_job
+    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.ranges import commands as rerun
+    from streaming_jobs.ranges import positions
 
     settings = SparkSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
@@ -165,8 +167,8 @@ def replay_command(
     ),
 ) -> None:
     """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
-    from streaming_jobs import rerun
-    from streaming_jobs.jobs import find as find_job
+    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.ranges import commands as rerun
 
     settings = SparkSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))

@@ -19,7 +19,7 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 def test_the_shipped_files_declare_every_topic_the_shipped_jobs_read() -> None:
     from streaming_jobs.config import SparkSettings
-    from streaming_jobs.jobs import load_all
+    from streaming_jobs.jobs.spec import load_all
 
     declared = {spec.name for spec in topics.load(TOPICS_DIR)}
     read = {t for spec in load_all(list(SparkSettings.load().jobs_dirs)).values() for t in spec.topics}

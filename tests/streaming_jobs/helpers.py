@@ -38,7 +38,7 @@ class Job:
             [
                 sys.executable,
                 "-m",
-                "streaming_jobs.runner",
+                "streaming_jobs.run.runner",
                 self.name,
                 "--jobs-dir",
                 str(self.folder),

@@ -58,7 +58,7 @@ def test_the_installed_jars_satisfy_the_session() -> None:
     ("trigger", "spark"), [("1s", "1 seconds"), ("500ms", "500 milliseconds"), ("5min", "5 minutes")]
 )
 def test_triggers_become_spark_intervals(trigger: str, spark: str) -> None:
-    from streaming_jobs.jobs import JobSpec
+    from streaming_jobs.jobs.spec import JobSpec
 
     spec = JobSpec(name="j", kind="event_log", topics=("t",), table="t", trigger=trigger)
     assert spec.processing_time() == spark

@@ -1,0 +1,1 @@
+"""Kafka records into typed events or changes, each valid or with the reason it is not."""

@@ -1,0 +1,1 @@
+"""Job definitions and where each job keeps its tables, checkpoint and topics."""

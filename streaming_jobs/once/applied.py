@@ -1,0 +1,191 @@
+"""Which Kafka offsets a job's table already holds, written in the same Delta commit that applied them.
+
+Every write of a batch to a job's table carries, in its commit's `userMetadata`, the offset intervals the
+table holds after it: `{"cdcpipe": {"applied": {topic: {partition: [[start, end], ...]}}}}` (end exclusive).
+It is atomic with the rows (one commit), so after any crash the table's newest such commit tells exactly
+which records it holds. A batch, a backfill chunk or a replay first drops the records inside those
+intervals: the streaming job, a backfill of the same range, a rewound checkpoint and a replay's catch-up
+can each cover any offsets any number of times, and each record is applied once.
+
+Reading it costs a directory listing and one small JSON file: the newest commit of the table's log.
+Commits without it (the table's creation, a compaction by another tool) are stepped over; a RESTORE
+points back at the version it restored, whose intervals are the ones that hold again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.ranges.positions import Partition
+
+Interval = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class TopicIdentity:
+    """Which topic a table's offsets are of, and how many partitions it had.
+
+    Kafka gives a topic deleted and created again a new id: the same name then numbers other records.
+    """
+
+    topic_id: str
+    partitions: int
+
+
+LOOK_BACK = 1000  # commits stepped over at most when looking for the newest one with intervals
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Sorted, disjoint [start, end) offset intervals per (topic, partition)."""
+
+    intervals: Mapping[Partition, tuple[Interval, ...]] = field(default_factory=dict)
+    topics: Mapping[str, TopicIdentity] = field(default_factory=dict)
+
+    def plus(self, ranges: Mapping[Partition, Interval]) -> Applied:
+        """These intervals with `ranges` added (merged where they touch or overlap)."""
+        merged = {tp: list(spans) for tp, spans in self.intervals.items()}
+        for tp, (start, end) in ranges.items():
+            if end > start:
+                merged.setdefault(tp, []).append((start, end))
+        return Applied({tp: _merge(spans) for tp, spans in merged.items()}, self.topics)
+
+    def with_topics(self, topics: Mapping[str, TopicIdentity]) -> Applied:
+        """These intervals, of the topics as they are now."""
+        return Applied(self.intervals, {**self.topics, **topics})
+
+    def without_topic(self, topic: str) -> Applied:
+        """These intervals but the topic's: for a topic deleted and created again, whose offsets start anew."""
+        return Applied(
+            {tp: spans for tp, spans in self.intervals.items() if tp[0] != topic},
+            {t: i for t, i in self.topics.items() if t != topic},
+        )
+
+    def covers(self, ranges: Mapping[Partition, Interval]) -> bool:
+        """Whether every offset of `ranges` is already applied."""
+        return all(
+            end <= start or any(s <= start and end <= e for s, e in self.intervals.get(tp, ()))
+            for tp, (start, end) in ranges.items()
+        )
+
+    def next_missing(self, tp: Partition, offset: int) -> int:
+        """The first offset at or after `offset` in this partition that is not applied yet."""
+        for start, end in self.intervals.get(tp, ()):
+            if start <= offset < end:
+                return end  # intervals are merged where they touch: the end is not applied
+        return offset
+
+    def metadata(self) -> str:
+        applied: dict[str, dict[str, list[list[int]]]] = {}
+        for (topic, partition), spans in sorted(self.intervals.items()):
+            applied.setdefault(topic, {})[str(partition)] = [[s, e] for s, e in spans]
+        ours: dict[str, Any] = {"applied": applied}
+        if self.topics:
+            ours["topics"] = {t: {"id": i.topic_id, "partitions": i.partitions} for t, i in sorted(self.topics.items())}
+        return json.dumps({"cdcpipe": ours}, separators=(",", ":"))
+
+    @classmethod
+    def from_metadata(cls, text: str) -> Applied | None:
+        """The intervals in a commit's userMetadata, or None when the commit carries none of ours."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return None
+        ours = data.get("cdcpipe", {}) if isinstance(data, dict) else {}
+        applied = ours.get("applied") if isinstance(ours, dict) else None
+        if not isinstance(applied, dict):
+            return None
+        topics = ours.get("topics") or {}
+        return cls(
+            {
+                (topic, int(partition)): tuple((int(s), int(e)) for s, e in spans)
+                for topic, partitions in applied.items()
+                for partition, spans in partitions.items()
+            },
+            {t: TopicIdentity(str(i["id"]), int(i["partitions"])) for t, i in topics.items()},
+        )
+
+
+def _merge(spans: Iterable[Interval]) -> tuple[Interval, ...]:
+    out: list[Interval] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return tuple(out)
+
+
+def _actions(log: Path, version: int) -> list[dict[str, Any]] | None:
+    """The actions of one commit, or None when its file is gone (the log was cleaned up below it)."""
+    try:
+        lines = (log / f"{version:020d}.json").read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in lines if line]
+
+
+def _commit_info(log: Path, version: int) -> dict[str, Any] | None:
+    actions = _actions(log, version)
+    if actions is None:
+        return None
+    return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+
+
+def _newest_version(log: Path) -> int:
+    """The table's newest commit version (-1 if none), without listing the whole log on every batch.
+
+    The log keeps a JSON file per commit for 30 days (thousands a day for a job with a 1 s trigger); Delta's
+    `_last_checkpoint` names a recent version, and the newer commits are the few files right after it.
+    """
+    try:
+        version = int(json.loads((log / "_last_checkpoint").read_text())["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        versions = [int(p.stem) for p in log.glob("[0-9]*.json") if p.stem.isdigit()]
+        return max(versions, default=-1)
+    while (log / f"{version + 1:020d}.json").exists():
+        version += 1
+    return version
+
+
+def newest_version(table: Path) -> int:
+    """The table's newest commit version; -1 for a table that does not exist yet."""
+    log = table / "_delta_log"
+    return _newest_version(log) if log.is_dir() else -1
+
+
+def newest_commit(table: Path) -> list[dict[str, Any]]:
+    """The actions of the table's newest commit (none for a table that does not exist yet)."""
+    version = newest_version(table)
+    return (_actions(table / "_delta_log", version) or []) if version >= 0 else []
+
+
+def read(table: Path) -> Applied:
+    """The intervals the table holds now (none for a table that does not exist yet)."""
+    log = table / "_delta_log"
+    if not log.is_dir():
+        return Applied()
+    version = _newest_version(log)
+    for _ in range(LOOK_BACK):
+        if version < 0:
+            return Applied()
+        info = _commit_info(log, version)
+        if info is None:
+            break  # the log was cleaned up below this version
+        found = Applied.from_metadata(info.get("userMetadata") or "")
+        if found is not None:
+            return found
+        restored = (info.get("operationParameters") or {}).get("version")
+        if info.get("operation") == "RESTORE" and restored is not None:
+            version = int(restored)
+        else:
+            version -= 1
+    raise StreamingError(
+        f"{table}: cannot tell which offsets the table holds: no commit among the newest {LOOK_BACK} readable "
+        "ones carries cdcpipe's applied intervals. Rebuild it with `cdcpipe jobs replay JOB --swap`."
+    )

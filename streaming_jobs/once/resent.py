@@ -1,0 +1,110 @@
+"""Copies of events a job applied before (a publisher resent them), dropped before a kind writes."""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F  # noqa: N812
+
+from streaming_jobs.once import applied
+from streaming_jobs.once.event_ids import Record, Split, split
+from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext
+
+
+def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
+    """The batch without the copies of events the job applied before; for every kind but the event log.
+
+    A copy is a record whose event id (for table changes: key and LSN) is at another offset among the job's
+    applied events, in the look-back of its partition, or earlier in the batch: the same rule as the event
+    log's, over `<table>_event_ids`, since these kinds' tables do not keep every id. The ids of the records
+    kept are appended there first, in a commit of their own that carries the batch's idempotence marker. A
+    crash before the table's own write leaves them recorded; the replayed batch then finds them at its own
+    records' positions, which never count as copies (see `_held`), and the marker skips the second append.
+    """
+    table = ctx.event_ids_table
+    valid = events.where(F.col("error").isNull())
+    before = applied.newest_version(table)
+    chosen = choose(valid, ctx, before)
+    (
+        without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop)
+        .write.format("delta")
+        .mode("append")
+        .option("txnAppId", ctx.app_id)
+        .option("txnVersion", ctx.batch_id)
+        .save(str(table))
+    )
+    remember(ctx, before, chosen)
+    return without(events, ctx, chosen.drop)
+
+
+def choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
+    """Which of the batch's valid records to apply: the first copy of each id the job did not apply yet.
+
+    The batch's (partition, offset, event id) come to the driver (one small Spark job), which picks the
+    records to drop: usually none.
+    """
+    records = [_record(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
+    return split(records, _held(ctx, valid, version, records))
+
+
+def without(frame: DataFrame, ctx: BatchContext, drop: list[Record]) -> DataFrame:
+    """`frame` less the records at the positions of `drop` (no join at all when there are none)."""
+    if not drop:
+        return frame
+    dropped = ctx.spark.createDataFrame(
+        [(tp[0], tp[1], offset) for tp, offset, _ in drop], "topic string, kafka_partition int, kafka_offset long"
+    )
+    return frame.join(F.broadcast(dropped), ["topic", "kafka_partition", "kafka_offset"], "left_anti")
+
+
+def remember(ctx: BatchContext, before: int, chosen: Split) -> None:
+    """Bring the job's memory of ids up to the commit it just made to `event_ids_table`."""
+    if ctx.event_ids is None:
+        return
+    after = applied.newest_version(ctx.event_ids_table)
+    if after == before + 1:  # this batch's commit (the writer lock keeps any other out)
+        ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
+    else:  # Delta skipped the write as done before: what the table holds came from elsewhere
+        ctx.event_ids.forget()
+
+
+def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Record]) -> set[str]:
+    """The batch's event ids the job applied before, in the look-back of the batch's partitions."""
+    lookback = ctx.job.dedupe_lookback_records
+    memory = ctx.event_ids if lookback and ctx.ranges else None
+    if memory is not None and not memory.answers(version, ctx.ranges):
+        rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
+        memory.load(version, memory.floors(ctx.ranges), [_record(r) for r in rows])
+    if version < 0:
+        return set()  # no table yet
+    if memory is not None and not memory.suspects(event_id for _, _, event_id in records):
+        return set()  # the common case: no Spark job, the table is not read
+    # The batch is the small side: broadcast its ids and stream the table's past them, so the table is
+    # neither shuffled nor sorted; only the ids found there (usually none) come back.
+    # An id found at the position of one of the batch's own records is that record's, recorded by an attempt
+    # of this batch that crashed before its table's write (`drop_resent`): not a copy.
+    present = _recent(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+    own = {(tp, offset) for tp, offset, _ in records}
+    return {event_id for tp, offset, event_id in map(_record, present.toArrow().to_pylist()) if (tp, offset) not in own}
+
+
+def _recent(ctx: BatchContext) -> DataFrame:
+    """The applied ids a batch's are looked for among: its partitions' last records (all, without a look-back)."""
+    seen = ctx.spark.read.format("delta").load(str(ctx.event_ids_table))
+    lookback = ctx.job.dedupe_lookback_records
+    if not (lookback and ctx.ranges):
+        return seen
+    near = [
+        (F.col("topic") == topic)
+        & (F.col("kafka_partition") == partition)
+        & (F.col("kafka_offset") >= start - lookback)
+        for (topic, partition), (start, _) in ctx.ranges.items()
+    ]
+    return seen.where(functools.reduce(operator.or_, near))
+
+
+def _record(row: dict[str, Any]) -> Record:
+    return (row["topic"], row["kafka_partition"]), row["kafka_offset"], row["event_id"]

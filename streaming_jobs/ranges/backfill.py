@@ -1,0 +1,261 @@
+"""Apply a bounded range of a job's topics to its tables with the job's own logic (backfill, replay).
+
+The range is read with Spark's Kafka batch source in chunks (`chunk_size` records at most per chunk across
+partitions), each chunk going through the same `handle_batch` as a streaming micro-batch: the same
+classification, dead letters and kind, under the table's writer lock, dropping the offsets the table
+already holds. So a backfill run twice changes nothing the second time, and one running beside the
+streaming job applies each record once, whichever writer reaches it first.
+
+A latest-state job's range is first reduced, outside Spark, to each key's newest event and every record
+not surely valid (streaming_jobs.ranges.reduce), one worker process per partition; Spark applies that remainder in
+rounds of at most `chunk_size` records, through the same `handle_batch`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from streaming_jobs.classify.contracts import checked_registry
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import ReduceError
+from streaming_jobs.jobs import topics as sources
+from streaming_jobs.jobs.locations import Location
+from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.once import applied
+from streaming_jobs.once.applied import TopicIdentity
+from streaming_jobs.once.batch import handle_batch
+from streaming_jobs.ranges.positions import Offsets, Range
+from streaming_jobs.ranges.progress import Progress
+from streaming_jobs.ranges.reduce import Reduced, Task
+from streaming_jobs.sinks.context import BatchContext
+
+DEFAULT_CHUNK = 250_000
+KAFKA_COLUMNS = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+MAX_WORKERS = 4  # reading processes of a reduced range: measured best with 4 partitions on 2 cores
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a bounded run did."""
+
+    span: Range
+    applied: int
+    dead_letters: int
+    chunks: int
+    seconds: float
+
+    @property
+    def events_per_s(self) -> float:
+        return self.span.total / self.seconds if self.seconds > 0 else 0.0
+
+
+def chunks(span: Range, size: int) -> Iterator[tuple[Offsets, Offsets]]:
+    """[start, end) offsets per partition of each chunk, every partition advancing by its share of `size`."""
+    at = dict(span.start)
+    pending = [tp for tp in at if at[tp] < span.end[tp]]
+    step = max(1, size // max(1, len(pending)))
+    while pending:
+        upto = {tp: min(at[tp] + step, span.end[tp]) for tp in pending}
+        yield {tp: at[tp] for tp in pending}, upto
+        at.update(upto)
+        pending = [tp for tp in pending if at[tp] < span.end[tp]]
+
+
+def read_chunk(spark: SparkSession, settings: SparkSettings, start: Offsets, end: Offsets) -> DataFrame:
+    """The records of [start, end) with Spark's Kafka batch source, read_committed, failing on missing offsets."""
+    assign: dict[str, list[int]] = {}
+    for topic, partition in sorted(start):
+        assign.setdefault(topic, []).append(partition)
+    span = Range(start, end)
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(span.spark_json(start)))
+        .option("endingOffsets", json.dumps(span.spark_json(end)))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+        .load()
+    )
+
+
+def apply_range(
+    spark: SparkSession,
+    settings: SparkSettings,
+    spec: JobSpec,
+    where: Location,
+    span: Range,
+    *,
+    purpose: str,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: Progress | None = None,
+    reduce: bool = True,
+) -> Outcome:
+    """Apply `span` to the tables at `where`, chunk by chunk, reporting progress.
+
+    `reduce` (latest-state jobs only) reduces the range outside Spark first; False reads it all with Spark.
+    """
+    topics = sources.check_topics(settings, spec, where.table)
+    if reduce and spec.kind == "latest_state":
+        return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress, topics)
+    registry = checked_registry(spark)
+    # The chunks' ids are their indexes, so the id names the chunk size: a rerun cut into other chunks must
+    # not find chunk N of the first run "already written" and skip records it never held.
+    identity = _identity(where, purpose, span, f":chunks of {chunk_size}")
+    started = time.monotonic()
+    total = dead = count = 0
+    for index, (start, end) in enumerate(chunks(span, chunk_size)):
+        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, index, topics=topics)
+        records = read_chunk(spark, settings, start, end)
+        done, bad = handle_batch(records, ctx, registry, {tp: (start[tp], end[tp]) for tp in start})
+        total, dead, count = total + done, dead + bad, count + 1
+        if progress is not None:
+            progress.advance(end)
+    if progress is not None:
+        progress.finish()
+    return Outcome(span, total, dead, count, time.monotonic() - started)
+
+
+def _identity(where: Location, purpose: str, span: Range, how: str = "") -> str:
+    """Delta's idempotent-write id for this range: a rerun of it finds each chunk's writes already done.
+
+    `how` names the way the range is cut into batches (the reduced path numbers its rounds by offset): a
+    run cut otherwise must not pass for the same writes.
+    """
+    name = f"cdcpipe:{where.table}:{purpose}:{span.spark_json(span.start)}:{span.spark_json(span.end)}{how}"
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, name))
+
+
+def _apply_reduced(
+    spark: SparkSession,
+    settings: SparkSettings,
+    spec: JobSpec,
+    where: Location,
+    span: Range,
+    purpose: str,
+    chunk_size: int,
+    progress: Progress | None,
+    topics: Mapping[str, TopicIdentity],
+) -> Outcome:
+    """A latest-state range: reduced per partition by worker processes, the remainder applied by Spark.
+
+    Each round, every unfinished partition is read until its end or until it kept its share of
+    `chunk_size` records; Spark applies what the round kept as one batch covering exactly what it read.
+    """
+    registry = checked_registry(spark)
+    contracts = tuple((c.event_type, c.version, dict(c.schema)) for c in registry)
+    identity = _identity(where, purpose, span, ":reduced")
+    started = time.monotonic()
+    at = dict(span.start)
+    total = dead = rounds = 0
+    # In the lake: Spark's executors read the kept records from there, and they reach the lake wherever
+    # they run (a local temp folder would only work for executors on this machine).
+    settings.lake.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="_reduce-", dir=settings.lake))
+    drawing = threading.Lock()  # workers report from their own threads: one progress line at a time
+
+    def report(reached: Offsets) -> None:
+        if progress is not None:
+            with drawing:
+                progress.advance(reached)
+
+    try:
+        with ThreadPoolExecutor(MAX_WORKERS) as workers:
+            while True:
+                # Skip what the table holds (a rerun, a swap's catch-up): the workers would read it for nothing.
+                held = applied.read(where.table)
+                at = {tp: min(span.end[tp], held.next_missing(tp, offset)) for tp, offset in at.items()}
+                report(at)
+                pending = sorted(tp for tp in at if at[tp] < span.end[tp])
+                if not pending:
+                    break
+                share = max(1, chunk_size // len(pending))
+                tasks = [
+                    Task(settings.kafka_bootstrap, t, p, at[(t, p)], span.end[(t, p)], share, str(scratch), contracts)
+                    for t, p in pending
+                ]
+                reduced = list(workers.map(lambda task: _run_worker(task, report), tasks))
+                # Delta's txnVersion of the round: how far into the range it starts. It grows from round to
+                # round, and a rerun (which starts past what the table holds) never reuses a committed one
+                # for other records, as a round count would once held offsets are skipped.
+                version = sum(at[tp] - span.start[tp] for tp in at)
+                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, version, topics=topics)
+                covered = {(r.topic, r.partition): (r.start, r.stopped) for r in reduced}
+                done, bad = handle_batch(_kept(spark, reduced), ctx, registry, covered)
+                total, dead, rounds = total + done, dead + bad, rounds + 1
+                for r in reduced:
+                    at[(r.topic, r.partition)] = r.stopped
+                    if r.file:
+                        Path(r.file).unlink()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if progress is not None:
+        progress.finish()
+    return Outcome(span, total, dead, rounds, time.monotonic() - started)
+
+
+def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:
+    """Run one task in its own process (streaming_jobs.ranges.reduce), passing its progress on as it comes."""
+    log = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.log"
+    outcome: Reduced | None = None
+    # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
+    with (
+        log.open("w+") as errors,
+        subprocess.Popen(
+            [sys.executable, "-m", "streaming_jobs.ranges.reduce"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        ) as worker,
+    ):
+        assert worker.stdin is not None  # noqa: S101 - PIPE was asked for
+        assert worker.stdout is not None  # noqa: S101
+        # On stdin, not in argv: every contract's schema goes with the task, more than an argument may hold.
+        try:
+            worker.stdin.write(json.dumps(asdict(task)))
+            worker.stdin.close()
+        except BrokenPipeError:  # a worker that died at once: its stderr says why
+            with contextlib.suppress(BrokenPipeError):
+                worker.stdin.close()  # marks it closed even though the flush fails
+        for line in worker.stdout:
+            word, _, rest = line.strip().partition(" ")
+            if word == "reached":
+                report({(task.topic, task.partition): int(rest)})
+            elif word == "reduced":
+                outcome = Reduced(**json.loads(rest))
+        worker.wait()
+        errors.seek(0)
+        problem = errors.read().strip()[-2000:]
+    if worker.returncode != 0 or outcome is None:
+        raise ReduceError(
+            f"reading {task.topic}[{task.partition}] from offset {task.start} failed "
+            f"(exit {worker.returncode}): {problem or 'no message'}"
+        )
+    return outcome
+
+
+def _kept(spark: SparkSession, reduced: list[Reduced]) -> DataFrame:
+    """The records a round kept, as Spark's Kafka source would give them."""
+    files = [r.file for r in reduced if r.file]
+    if files:
+        return spark.read.parquet(*files)
+    return spark.createDataFrame([], KAFKA_COLUMNS)  # read only transaction markers or aborted records

@@ -1,0 +1,183 @@
+"""`cdcpipe jobs submit | list | status | stop | optimize`: jobs as tracked background processes.
+
+A submitted job is a `python -m streaming_jobs.run.runner NAME` process (the Spark driver), started detached and
+tracked by pid in `<lake>/_jobs/NAME.pid`, its log in `<lake>/_jobs/NAME.log`. Its state comes from three
+places that each tell the truth about one thing: the process (running or not), the progress file the
+runner writes (last batch, rates, counts), and the checkpoint's offsets against the topics' latest offsets
+(lag per partition).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdcpipe.processes import TrackedProcess
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.jobs import locations
+from streaming_jobs.jobs import topics as sources
+from streaming_jobs.jobs.spec import JobSpec, check_name, find, load_all
+from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
+from streaming_jobs.ranges.positions import KafkaPositions
+
+
+def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
+    """The job's driver process, as a pid file and a log under <lake>/_jobs/."""
+    check_name(name)  # it names files: never a path
+    folder = settings.lake / "_jobs"
+    return TrackedProcess(
+        name=f"job {name}", pid_file=folder / f"{name}.pid", log_file=folder / f"{name}.log", stop_signal=signal.SIGTERM
+    )
+
+
+def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: str | None) -> int:
+    """Start the job in the background (once: a running job is not started twice); return its pid."""
+    spec = find(name, list(settings.jobs_dirs))
+    process = tracked(settings, spec.name)
+    if process.pid() is not None:
+        raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
+    sources.check_topics(settings, spec, locations.current(spec, settings.lake).table)
+    command = [sys.executable, "-m", "streaming_jobs.run.runner", spec.name]
+    for folder in settings.jobs_dirs:
+        command += ["--jobs-dir", str(folder)]
+    if master:
+        command += ["--master", master]
+    if trigger:
+        command += ["--trigger", trigger]
+    env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    settings.lake.mkdir(parents=True, exist_ok=True)
+    pid = process.start(command, env=env, cwd=settings.lake)
+    # What it was started with, so a rewind or a replay's swap can start it again the same way.
+    _submitted(settings, spec.name).write_text(json.dumps({"master": master, "trigger": trigger}))
+    return pid
+
+
+def _submitted(settings: SparkSettings, name: str) -> Path:
+    return settings.lake / "_jobs" / f"{name}.submit.json"
+
+
+@contextmanager
+def paused(settings: SparkSettings, name: str) -> Iterator[bool]:
+    """Stop the job gracefully if it runs, and start it again afterwards the way it was submitted.
+
+    Yields whether it was running. If the block fails, the job stays stopped: the error is the user's to read
+    before anything resumes.
+    """
+    was_running = stop(settings, name)
+    yield was_running
+    if was_running:
+        path = _submitted(settings, name)
+        args = json.loads(path.read_text()) if path.exists() else {}
+        submit(settings, name, master=args.get("master"), trigger=args.get("trigger"))
+
+
+def stop(settings: SparkSettings, name: str, timeout_s: float = 180) -> bool:
+    """SIGTERM: the micro-batch in flight finishes, then the job exits. False if it was not running."""
+    return tracked(settings, name).stop(timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far the checkpoint is behind one partition's latest offset."""
+
+    topic: str
+    partition: int
+    checkpoint_offset: int | None
+    latest_offset: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Everything `jobs status` shows."""
+
+    name: str
+    kind: str
+    table: str
+    checkpoint: str
+    running: bool
+    pid: int | None
+    last_batch_id: int | None
+    input_rows_per_s: float | None
+    processed_rows_per_s: float | None
+    batch_duration_ms: int | None
+    applied: int | None
+    dead_letters: int | None
+    lag: list[PartitionLag]
+    missing_topics: list[str]
+    log_tail: list[str]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.lag)
+
+
+def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
+    """Per partition of the job's topics: the latest offset minus the checkpoint's."""
+    reached = committed_offsets(locations.current(spec, settings.lake).checkpoint)
+    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+        high = kafka.watermarks(spec.topics, missing_ok=True).high  # a missing topic: `missing_topics` says so
+    rows = []
+    for (topic, partition), end in sorted(high.items()):
+        at = reached.get((topic, partition))
+        rows.append(PartitionLag(topic, partition, at, end, end - (at or 0)))
+    return rows
+
+
+def status(settings: SparkSettings, name: str) -> JobStatus:
+    """The job's process, its last progress, and its lag."""
+    spec = find(name, list(settings.jobs_dirs))
+    process = tracked(settings, spec.name)
+    where = locations.current(spec, settings.lake)
+    progress_file = where.checkpoint / PROGRESS_FILE
+    record: dict[str, Any] = json.loads(progress_file.read_text()) if progress_file.exists() else {}
+    progress = record.get("progress") or {}
+    pid = process.pid()
+    return JobStatus(
+        name=spec.name,
+        kind=spec.kind,
+        table=str(where.table),
+        checkpoint=str(where.checkpoint),
+        running=pid is not None,
+        pid=pid,
+        last_batch_id=progress.get("batchId"),
+        input_rows_per_s=progress.get("inputRowsPerSecond"),
+        processed_rows_per_s=progress.get("processedRowsPerSecond"),
+        batch_duration_ms=(progress.get("durationMs") or {}).get("triggerExecution"),
+        applied=record.get("applied"),
+        dead_letters=record.get("dead_letters"),
+        lag=lag(settings, spec),
+        missing_topics=sources.missing(settings, spec),
+        log_tail=[] if pid is not None else process.log_tail(10),
+    )
+
+
+def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
+    """Every declared job, where its table is now, and whether it runs."""
+    return [
+        (spec, locations.current(spec, settings.lake), tracked(settings, name).pid() is not None)
+        for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
+    ]
+
+
+def optimize(settings: SparkSettings, name: str) -> Path:
+    """`cdcpipe jobs optimize`: compact the job's tables now, beside the running job; returns its table."""
+    # pyspark loads here, not when this module does: `jobs list|status|stop` must start without it.
+    from streaming_jobs.run.runner import optimize as optimize_tables
+    from streaming_jobs.spark_session import build_spark_session
+
+    where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake)
+    spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
+    try:
+        optimize_tables(spark, where)
+    finally:
+        spark.stop()
+    return where.table

@@ -1,0 +1,171 @@
+"""Run one streaming job: Kafka -> classify -> dead letters + the job's Delta table, checkpointed.
+
+    python -m streaming_jobs.run.runner NAME [--master local[2]|spark://HOST:PORT] [--trigger 1s|available-now]
+
+The query reads with `read_committed` and `failOnDataLoss=true`: offsets that retention already deleted
+stop the job with Spark's error rather than being skipped. SIGTERM (what `cdcpipe jobs stop` sends) lets
+the micro-batch in flight finish, then stops the query and exits 0. While it runs, the job writes its
+latest progress to `<checkpoint>/cdcpipe_progress.json`, which `cdcpipe jobs status` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+from cdcpipe.errors import CdcpipeError
+from streaming_jobs.classify.contracts import checked_registry
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.jobs import locations
+from streaming_jobs.jobs import topics as sources
+from streaming_jobs.jobs.spec import JobSpec, find
+from streaming_jobs.once import applied
+from streaming_jobs.once.applied import Interval
+from streaming_jobs.once.batch import handle_batch
+from streaming_jobs.once.checkpoints import batch_end, write_progress
+from streaming_jobs.once.event_ids import EventIds
+from streaming_jobs.once.locks import table_lock
+from streaming_jobs.ranges.positions import Partition
+from streaming_jobs.run import retention
+from streaming_jobs.sinks.context import USER_METADATA, BatchContext, app_id
+from streaming_jobs.spark_session import build_spark_session
+
+
+def run(
+    spec: JobSpec, settings: SparkSettings, *, trigger: str | None = None, stop: threading.Event | None = None
+) -> None:
+    """Run until the sources are drained (available-now) or `stop` is set."""
+    stop = stop or threading.Event()
+    lake = settings.lake
+    where = locations.current(spec, lake)
+    checkpoint = where.checkpoint
+    # A missing topic, or one not the table's (recreated, repartitioned): refused with the fix, not a Java trace.
+    topics = sources.check_topics(settings, spec, where.table)
+    retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
+    spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
+    registry = checked_registry(spark)
+    identity = app_id(checkpoint)
+    counts = {"applied": 0, "dead_letters": 0}
+    # The look-back of applied event ids, kept between micro-batches instead of read from a table by each.
+    lookback = spec.dedupe_lookback_records
+    event_ids = EventIds(lookback) if lookback else None
+
+    def each_batch(records: DataFrame, batch_id: int) -> None:
+        # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
+        # idempotent-write settings (txnAppId/txnVersion, the applied offsets in userMetadata) must be set
+        # where the batch's DataFrames write. Set on `spark`, an append of the batch committed without
+        # them, and a second commit had to record the offsets: two commits, not one atomic one.
+        ctx = BatchContext(
+            records.sparkSession,
+            spec,
+            where.table,
+            where.dead_letters,
+            identity,
+            batch_id,
+            event_ids=event_ids,
+            topics=topics,
+        )
+        done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
+        counts["applied"] += done
+        counts["dead_letters"] += dead
+        if spec.optimize_every and batch_id and batch_id % spec.optimize_every == 0:
+            optimize(spark, where)
+
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", ",".join(spec.topics))
+        # Only a checkpoint Spark never wrote uses this: a new job, or a rewind/replay's new checkpoint.
+        .option("startingOffsets", json.dumps(where.starting_offsets) if where.starting_offsets else "earliest")
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+    )
+    if spec.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
+    writer = reader.load().writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint))
+    chosen = trigger or spec.trigger
+    if chosen == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=spec.processing_time(chosen))
+    query = writer.queryName(spec.name).start()
+    try:
+        while query.isActive:
+            if stop.is_set():
+                # Graceful: wait for the micro-batch in flight, then stop between batches.
+                while query.status.get("isTriggerActive"):
+                    time.sleep(0.1)
+                query.stop()
+                break
+            query.awaitTermination(1)
+            write_progress(checkpoint, query.lastProgress, counts, running=True)
+        query.awaitTermination()  # raises the query's own error, if it died of one
+    finally:
+        write_progress(checkpoint, query.lastProgress, counts, running=False)
+        spark.stop()
+
+
+def _batch_ranges(checkpoint: Path, batch_id: int) -> dict[Partition, Interval] | None:
+    """The offsets batch N reads, from the checkpoint's plan: [end of batch N-1, end of batch N).
+
+    None for a first batch (its start is not in the checkpoint): the records then say where it starts.
+    """
+    end = batch_end(checkpoint, batch_id)
+    start = batch_end(checkpoint, batch_id - 1) if batch_id > 0 else None
+    if end is None or start is None:
+        return None
+    # A partition new since the last batch starts at its first offset: it is not in the previous plan.
+    return {tp: (start.get(tp, 0), offset) for tp, offset in end.items()}
+
+
+def optimize(spark: Any, where: locations.Location) -> None:
+    """Compact the job's tables (small files from many micro-batches) so reads do not slow down.
+
+    Under the writer lock, and carrying the table's applied offsets forward, like any write of the job. The
+    tables beside it (dead letters, event ids) carry no offsets of their own.
+    """
+    from delta.tables import DeltaTable
+
+    for path in (where.table, where.dead_letters, where.event_ids):
+        if DeltaTable.isDeltaTable(spark, str(path)):
+            with table_lock(where.table, holder="optimize"):
+                if path == where.table:
+                    spark.conf.set(USER_METADATA, applied.read(path).metadata())
+                try:
+                    DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
+                finally:
+                    spark.conf.unset(USER_METADATA)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a job by name from the command line (what `cdcpipe jobs submit` starts)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("name")
+    parser.add_argument("--master")
+    parser.add_argument("--trigger")
+    parser.add_argument("--jobs-dir", type=Path, action="append", help="folders of job files (default: the built-in)")
+    args = parser.parse_args(argv)
+    settings = SparkSettings.load(**({"spark_master": args.master} if args.master else {}))
+    spec = find(args.name, args.jobs_dir or list(settings.jobs_dirs))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        run(spec, settings, trigger=args.trigger, stop=stop)
+    except CdcpipeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The table kinds: a mirror (SCD1) and a history (SCD2) of a captured table, in LSN order, from Debezium changes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from schemas import outbox as schema_outbox
+from tests.conftest import Outbox, Stack, cdcpipe
+from tests.connectors.helpers import shipped, wait_slot_active, wait_state, write_definition
+from tests.kafka_helpers import read_topics
+from tests.streaming_jobs.helpers import T0, change, make_job, row, send_changes
+
+pytestmark = pytest.mark.integration
+
+
+FIRST_BATCH = [
+    ("a", change("r", None, row("a", 10), 100)),
+    ("b", change("r", None, row("b", 20), 100)),
+    ("c", change("c", None, row("c", 5), 110)),
+    ("a", change("u", row("a", 10), row("a", 11), 120)),
+    ("a", change("u", row("a", 11), row("a", 12), 130)),
+    ("b", change("d", {"id": "b", "owner": None, "balance": None}, None, 140)),
+    ("b", None),  # the tombstone after a delete
+    ("x", "{not a change"),
+]
+
+
+def ts(lsn: int) -> datetime:
+    return datetime.fromtimestamp((T0 + lsn) / 1000, tz=UTC)
+
+
+def test_mirror_applies_inserts_updates_deletes_in_lsn_order(stack: Stack, topic: str, tmp_path: Path) -> None:
+    send_changes(stack, topic, FIRST_BATCH)
+    job = make_job(stack, tmp_path, "table_mirror", [topic], source_table="public.accounts")
+    job.run()
+    mirror = {r["id"]: r for r in job.table()}
+    assert {k: v["balance"] for k, v in mirror.items()} == {"a": 12, "c": 5}
+    assert mirror["a"]["_lsn"] == 130
+    dead = job.table("_dead_letters")
+    assert [d["kafka_offset"] for d in dead] == [7]
+    # A later batch: a newer change applies, an older one (a replayed, stale change) does not.
+    send_changes(
+        stack, topic, [("c", change("u", row("c", 5), row("c", 6), 150)), ("a", change("u", None, row("a", 1), 125))]
+    )
+    job.run()
+    assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 6}
+
+
+def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    send_changes(stack, topic, FIRST_BATCH)
+    job = make_job(stack, tmp_path, "table_history", [topic], source_table="public.accounts")
+    job.run()
+    send_changes(stack, topic, [("c", change("u", row("c", 5), row("c", 6), 150))])
+    job.run()
+    versions = sorted(
+        ((r["id"], r["balance"], r["valid_from"], r["valid_to"], r["is_current"]) for r in job.table()),
+        key=lambda v: (str(v[0]), str(v[2])),
+    )
+    assert versions == [
+        ("a", 10, ts(100), ts(120), False),
+        ("a", 11, ts(120), ts(130), False),
+        ("a", 12, ts(130), None, True),
+        ("b", 20, ts(100), ts(140), False),
+        ("c", 5, ts(110), ts(150), False),
+        ("c", 6, ts(150), None, True),
+    ]
+    job.run()  # nothing new: nothing changes
+    assert len(job.table()) == 6
+
+
+def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    table = f"accounts_{outbox.tag}"
+    ident = sql.Identifier("public", table)
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id text PRIMARY KEY, owner text, balance bigint)").format(ident))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT 'a' || g, 'o' || g, g FROM generate_series(1, 20) g").format(ident))
+    settings = outbox.schema_settings.model_copy(
+        update={"captured_tables": (f"public.{table}",), "tables_publication": f"pub_tables_{outbox.tag}"}
+    )
+    with psycopg.connect(stack.pg_dsn) as conn:
+        schema_outbox.apply(conn, outbox.names, settings)
+    contracts = tmp_path / "table_contracts"
+    contracts.mkdir()
+    contract = json.loads((Path(__file__).parents[3] / "schemas" / "tables" / "public.accounts.json").read_text())
+    (contracts / f"public.{table}.json").write_text(json.dumps(contract))
+    config = shipped("tables")
+    config.update(
+        {
+            "topic.prefix": f"mirror_{outbox.tag}",
+            "slot.name": f"slot_mirror_{outbox.tag}",
+            "publication.name": f"pub_tables_{outbox.tag}",
+            "table.include.list": f"public\\.{table}",
+        }
+    )
+    name = f"test-mirror-{outbox.tag}"
+    env = stack.process_env()
+    topic = f"mirror_{outbox.tag}.public.{table}"
+    try:
+        assert (
+            cdcpipe(
+                "connectors", "apply", str(write_definition(tmp_path, {"name": name, "config": config})), env=env
+            ).returncode
+            == 0
+        )
+        wait_state(stack, name, "RUNNING")
+        wait_slot_active(stack, f"slot_mirror_{outbox.tag}", name)
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET balance = balance * 10 WHERE id IN ('a1', 'a2', 'a3')").format(ident))
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id IN ('a4', 'a5')").format(ident))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES ('z', 'new', 99)").format(ident))
+            with conn.transaction():  # several changes of one row in one transaction
+                conn.execute(sql.SQL("UPDATE {} SET balance = 1 WHERE id = 'a6'").format(ident))
+                conn.execute(sql.SQL("UPDATE {} SET balance = 2 WHERE id = 'a6'").format(ident))
+            expected = {
+                r[0]: (r[1], r[2]) for r in conn.execute(sql.SQL("SELECT id, owner, balance FROM {}").format(ident))
+            }
+        # 20 snapshot reads, 3 updates, 2 deletes and their tombstones, 1 insert, 2 updates in one transaction.
+        read_topics(stack.kafka_bootstrap, [topic], 20 + 3 + 2 * 2 + 1 + 2, timeout_s=90)
+        job = make_job(
+            stack,
+            tmp_path,
+            "table_mirror",
+            [topic],
+            env={"CDCPIPE_TABLE_CONTRACT_DIRS": str(contracts)},
+            source_table=f"public.{table}",
+        )
+        job.run()
+    finally:
+        cdcpipe("connectors", "delete", name, "--drop-slot", "--drop-publication", "--yes", env=env)
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE {}").format(ident))
+    assert {r["id"]: (r["owner"], r["balance"]) for r in job.table()} == expected
