@@ -22,6 +22,14 @@ app = typer.Typer(
 )
 
 
+# Options backfill and replay share.
+CHUNK_SIZE = typer.Option(250_000, min=1, help="records per Spark batch read")
+REDUCE = typer.Option(
+    True,
+    "--reduce/--no-reduce",
+    help="a latest-state job's range is first cut to each key's newest event outside Spark; "
+    "--no-reduce has Spark read every record",
+)
 SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone, or topic:partition:offset,..."
 
 
@@ -98,11 +106,10 @@ def jobs_optimize(name: str) -> None:
 def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}")) -> None:
     """Resume the job from an earlier position (a new checkpoint); rows it holds are not applied twice."""
     from streaming_jobs.jobs.spec import find as find_job
-    from streaming_jobs.ranges import commands as rerun
-    from streaming_jobs.ranges import positions
+    from streaming_jobs.ranges import commands, positions
 
     settings = SparkSettings.load()
-    where, before, after = rerun.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
+    where, before, after = commands.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
     for (topic, partition), offset in sorted(after.items()):
         typer.echo(f"  {topic}[{partition}]: {before[(topic, partition)]} -> {offset}")
     typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
@@ -112,10 +119,10 @@ def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to r
 def jobs_accept_topics(name: str) -> None:
     """Take the job's topics as they are now, after one was deleted and created again or gained partitions."""
     from streaming_jobs.jobs.spec import find as find_job
-    from streaming_jobs.ranges import commands as rerun
+    from streaming_jobs.ranges import commands
 
     settings = SparkSettings.load()
-    accepted = rerun.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
+    accepted = commands.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
     if not accepted.changed:
         typer.echo(f"{name}: its topics are those its table holds offsets of; nothing to accept")
     for topic in accepted.changed:
@@ -128,22 +135,16 @@ def backfill_command(
     job: str,
     start: str = typer.Option(..., "--from", help=f"where the range starts: {SPEC_HELP}"),
     end: str = typer.Option("latest", "--to", help=f"where it ends (exclusive): {SPEC_HELP}"),
-    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
-    reduce: bool = typer.Option(
-        True,
-        "--reduce/--no-reduce",
-        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
-        "--no-reduce has Spark read every record",
-    ),
+    chunk_size: int = CHUNK_SIZE,
+    reduce: bool = REDUCE,
 ) -> None:
     """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
     from streaming_jobs.jobs.spec import find as find_job
-    from streaming_jobs.ranges import commands as rerun
-    from streaming_jobs.ranges import positions
+    from streaming_jobs.ranges import commands, positions
 
     settings = SparkSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
-    outcome = rerun.backfill(
+    outcome = commands.backfill(
         settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size, reduce=reduce
     )
     typer.echo(
@@ -158,21 +159,16 @@ def replay_command(
     job: str,
     into: Path | None = typer.Option(None, help="the new table's folder (default: beside the current one)"),
     swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
-    chunk_size: int = typer.Option(250_000, min=1, help="records per Spark batch read"),
-    reduce: bool = typer.Option(
-        True,
-        "--reduce/--no-reduce",
-        help="a latest-state job's range is first cut to each key's newest event outside Spark; "
-        "--no-reduce has Spark read every record",
-    ),
+    chunk_size: int = CHUNK_SIZE,
+    reduce: bool = REDUCE,
 ) -> None:
     """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
     from streaming_jobs.jobs.spec import find as find_job
-    from streaming_jobs.ranges import commands as rerun
+    from streaming_jobs.ranges import commands
 
     settings = SparkSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
-    done = rerun.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
+    done = commands.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
     typer.echo(
         f"{job}: rebuilt {done.location.table} from {done.rebuild.span.total} records "
         f"({done.rebuild.events_per_s:,.0f}/s)"
