@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from infra.config import StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
-from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster, secret_file
+from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
+from infra.stack_secrets import secret_file
 
 Report = Callable[[str], None]
 

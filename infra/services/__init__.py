@@ -1,0 +1,27 @@
+"""The local stack's services, one module each.
+
+`CORE_SERVICES` start with `stack up`, `SPARK_SERVICES` with `--spark-cluster`.
+"""
+
+from __future__ import annotations
+
+from infra.services.base import PortSpec, Service
+from infra.services.connect import Connect
+from infra.services.kafka import Kafka
+from infra.services.postgres import Postgres
+from infra.services.spark import SparkMaster, SparkWorker
+
+CORE_SERVICES: tuple[type[Service], ...] = (Postgres, Kafka, Connect)
+SPARK_SERVICES: tuple[type[Service], ...] = (SparkMaster, SparkWorker)
+
+__all__ = [
+    "CORE_SERVICES",
+    "SPARK_SERVICES",
+    "Connect",
+    "Kafka",
+    "PortSpec",
+    "Postgres",
+    "Service",
+    "SparkMaster",
+    "SparkWorker",
+]

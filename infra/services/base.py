@@ -1,0 +1,132 @@
+"""The stack's services: what each one is (a tracked process with ports, a config and a health check)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdcpipe.processes import TrackedProcess
+from infra.config import StackSettings
+from infra.errors import NotInstalledError
+from infra.gc_log import gc_flags
+
+POSTGRES_SUPERUSER = "postgres"
+
+
+# Kafka 4 and the Connect runtime log through log4j2; everything goes to stdout, which the stack
+# redirects into the service's log file.
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.target = SYSTEM_OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.reflections.name = org.reflections
+logger.reflections.level = ERROR
+"""
+
+
+def properties(values: dict[str, object]) -> str:
+    """A Java .properties file body."""
+    return "".join(f"{key}={value}\n" for key, value in values.items())
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    """A port a service binds, and the setting that moves it."""
+
+    port: int
+    setting: str
+
+
+class Service(ABC):
+    """One process of the stack."""
+
+    name: str
+    stop_signal: signal.Signals = signal.SIGTERM
+
+    def __init__(self, settings: StackSettings) -> None:
+        self.settings = settings
+        self.process = TrackedProcess(
+            name=self.name,
+            pid_file=settings.run_dir / f"{self.name}.pid",
+            log_file=settings.logs / f"{self.name}.log",
+            stop_signal=self.stop_signal,
+        )
+
+    @property
+    @abstractmethod
+    def ports(self) -> list[PortSpec]:
+        """Ports to check before start; the first one is the service's address."""
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.ports[0].port}"
+
+    def prepare(self) -> None:  # noqa: B027 - optional hook, most services need no preparation
+        """Create data folders and config files (idempotent: never wipes existing data)."""
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The command line; its first word is exec'd, so the pid is the service's own."""
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def run_as(self) -> str | None:
+        return None
+
+    def after_healthy(self) -> None:  # noqa: B027 - optional hook
+        """One-off setup that needs the running service (idempotent)."""
+
+    @abstractmethod
+    def check_health(self) -> None:
+        """Return if healthy; raise ServiceNotReadyError saying what is not ready yet."""
+
+    def cwd(self) -> Path:
+        return self.settings.state
+
+    def _jars(self, folder: Path) -> str:
+        if not any(folder.glob("*.jar")):
+            raise NotInstalledError(f"{self.name}: no jars in {folder}; run `make install` first")
+        return f"{folder}/*"
+
+    def _java(self, heap: str, classpath: str, main: str, *args: str, service: bool = True) -> list[str]:
+        """The command that runs `main`; a `service` (not a one-off tool) logs its GC pauses."""
+        java = shutil.which(self.settings.java)
+        if java is None:
+            raise NotInstalledError(
+                f"{self.name}: java executable {self.settings.java!r} not found; install Java 17 "
+                "(`make install` does) or set CDCPIPE_JAVA to its path"
+            )
+        conf = self.settings.state / "conf"
+        return [
+            java,
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            # Every pause, with its wall-clock time: a broker that stops holds every acknowledgement and
+            # fetch meanwhile, and the relay benchmark reads these logs to say how much of its tail that was.
+            *(gc_flags(self.settings.logs / f"{self.name}-gc.log") if service else []),
+            "-Djava.awt.headless=true",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
+            "-cp",
+            classpath,
+            main,
+            *args,
+        ]
+
+    def _write_log4j(self) -> None:
+        conf = self.settings.state / "conf"
+        conf.mkdir(parents=True, exist_ok=True)
+        (conf / "log4j2.properties").write_text(LOG4J2_PROPERTIES)

@@ -1,0 +1,131 @@
+"""Spark standalone: a master and one worker, for jobs submitted to a cluster."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+from infra.errors import NotInstalledError, ServiceNotReadyError
+from infra.services.base import PortSpec, Service
+
+
+def pyspark_home() -> Path:
+    """SPARK_HOME of the pip-installed Spark: the pyspark package folder (it holds bin/ and jars/)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+class _SparkDaemon(Service):
+    def spark_defaults(self) -> Path:
+        return self.settings.state / "conf" / "spark-defaults.conf"
+
+    def prepare(self) -> None:
+        path = self.spark_defaults()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            "spark.master.rest.enabled false\nspark.ui.reverseProxy false\nspark.worker.cleanup.enabled true\n"
+        )
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "SPARK_HOME": str(pyspark_home()),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_DAEMON_MEMORY": "512m",
+                # Executors the worker launches run Python from our virtual environment.
+                "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            }
+        )
+        return env
+
+    def _spark_class(self, main: str, *args: str) -> list[str]:
+        spark_class = pyspark_home() / "bin" / "spark-class"
+        if not spark_class.exists():
+            raise NotInstalledError(f"{self.name}: {spark_class} is missing; run `make install`")
+        # spark-class ends in `exec java ...`, so the pid we record is the JVM's own.
+        return ["bash", str(spark_class), main, *args, "--properties-file", str(self.spark_defaults())]
+
+    def _master_json(self) -> dict[str, object]:
+        try:
+            response = httpx.get(f"http://127.0.0.1:{self.settings.spark_master_ui_port}/json/", timeout=3)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ServiceNotReadyError(f"{self.name}: master web UI not answering yet") from exc
+        data: dict[str, object] = response.json()
+        return data
+
+
+class SparkMaster(_SparkDaemon):
+    """A Spark standalone master on loopback."""
+
+    name = "spark-master"
+
+    @property
+    def ports(self) -> list[PortSpec]:
+        return [
+            PortSpec(self.settings.spark_master_port, "CDCPIPE_SPARK_MASTER_PORT"),
+            PortSpec(self.settings.spark_master_ui_port, "CDCPIPE_SPARK_MASTER_UI_PORT"),
+        ]
+
+    @property
+    def address(self) -> str:
+        return self.settings.spark_master_url
+
+    def command(self) -> list[str]:
+        return self._spark_class(
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.settings.spark_master_port),
+            "--webui-port",
+            str(self.settings.spark_master_ui_port),
+        )
+
+    def check_health(self) -> None:
+        status = self._master_json().get("status")
+        if status != "ALIVE":
+            raise ServiceNotReadyError(f"spark-master: status {status}")
+
+
+class SparkWorker(_SparkDaemon):
+    """One Spark standalone worker registered with the master."""
+
+    name = "spark-worker"
+
+    @property
+    def ports(self) -> list[PortSpec]:
+        return [PortSpec(self.settings.spark_worker_ui_port, "CDCPIPE_SPARK_WORKER_UI_PORT")]
+
+    def command(self) -> list[str]:
+        work = self.settings.state / "spark" / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        return self._spark_class(
+            "org.apache.spark.deploy.worker.Worker",
+            self.settings.spark_master_url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(self.settings.spark_worker_cores),
+            "--memory",
+            self.settings.spark_worker_memory,
+            "--webui-port",
+            str(self.settings.spark_worker_ui_port),
+            "--work-dir",
+            str(work),
+        )
+
+    def check_health(self) -> None:
+        workers = self._master_json().get("workers", [])
+        if not isinstance(workers, list) or not any(
+            isinstance(w, dict)
+            and w.get("state") == "ALIVE"
+            and w.get("webuiaddress", "").endswith(f":{self.settings.spark_worker_ui_port}")
+            for w in workers
+        ):
+            raise ServiceNotReadyError("spark-worker: not registered with the master yet")
