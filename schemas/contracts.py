@@ -12,11 +12,12 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator, TypeChecker, validators
+from jsonschema import Draft202012Validator, FormatChecker, TypeChecker, validators
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.exceptions import ValidationError
 
@@ -25,6 +26,26 @@ from schemas.errors import ContractError, ContractViolationError, UnknownEventTy
 BUILTIN_DIR = Path(__file__).parent / "contracts"
 DIRS_VARIABLE = "CDCPIPE_CONTRACT_DIRS"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+# The formats `emit` checks: jsonschema's own (those it can check without optional packages) and
+# date-time, which it leaves unchecked without one. A contract naming any other format is refused at load:
+# an unchecked `format` would look like a rule and be none.
+FORMAT_CHECKER = FormatChecker(Draft202012Validator.FORMAT_CHECKER.checkers)
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def _date_time(value: object) -> bool:
+    """RFC 3339 (JSON Schema's date-time): a full date and time with an offset, a real calendar moment."""
+    if not isinstance(value, str):
+        return True  # `type` says what a non-string may be
+    if not _RFC3339.fullmatch(value):
+        return False
+    datetime.fromisoformat(value.upper().replace("Z", "+00:00"))  # raises for 2026-02-30 or 25:00
+    return True
+
+
+FORMAT_CHECKER.checks("date-time", raises=ValueError)(_date_time)
 
 
 def _is_integer(_: TypeChecker, instance: object) -> bool:
@@ -156,14 +177,32 @@ def _load(path: Path) -> Contract:
     aggregate_type = schema.get("x-aggregate-type")
     if not isinstance(aggregate_type, str) or not aggregate_type:
         raise ContractError(f'{path}: declare the aggregate type, e.g. "x-aggregate-type": "account"')
+    unchecked = sorted(set(_formats(schema)) - set(FORMAT_CHECKER.checkers))
+    if unchecked:
+        raise ContractError(
+            f"{path}: format {', '.join(unchecked)} is not checked by emit (checked: "
+            f"{', '.join(sorted(FORMAT_CHECKER.checkers))}); use `pattern` for it, or one of those"
+        )
     return Contract(
         event_type=match["type"],
         version=int(match["version"]),
         aggregate_type=aggregate_type,
         schema=schema,
         path=path,
-        validator=ContractValidator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER),
+        validator=ContractValidator(schema, format_checker=FORMAT_CHECKER),
     )
+
+
+def _formats(schema: object) -> Iterator[str]:
+    """Every `format` named anywhere in a schema."""
+    if isinstance(schema, Mapping):
+        if isinstance(schema.get("format"), str):
+            yield schema["format"]
+        for value in schema.values():
+            yield from _formats(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _formats(item)
 
 
 @cache

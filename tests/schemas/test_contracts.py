@@ -121,3 +121,23 @@ def test_text_postgres_or_utf8_cannot_hold_is_refused(account: str, where: str, 
     with pytest.raises(ContractViolationError, match=says) as caught:
         contract.validate({"account_id": account, "amount": 1, "currency": "EUR"})
     assert where in str(caught.value)
+
+
+def test_a_date_time_format_is_checked_and_an_unchecked_format_is_refused(tmp_path: Path) -> None:
+    stamped = {
+        "x-aggregate-type": "order",
+        "type": "object",
+        "properties": {"at": {"type": "string", "format": "date-time"}},
+    }
+    write(tmp_path, "Stamped.v1.json", stamped)
+    contract = ContractRegistry([tmp_path]).get("Stamped")
+    contract.validate({"at": "2026-11-24T10:00:00Z"})
+    contract.validate({"at": "2026-11-24t10:00:00.5+01:00"})
+    for bad in ("not a time", "2026-02-30T10:00:00Z", "2026-11-24 10:00:00", "2026-11-24T10:00:00"):
+        with pytest.raises(ContractViolationError, match=r"\$\.at"):
+            contract.validate({"at": bad})
+    other = tmp_path / "other"
+    other.mkdir()
+    write(other, "Hosted.v1.json", {"x-aggregate-type": "host", "properties": {"h": {"format": "hostname"}}})
+    with pytest.raises(ContractError, match="format hostname is not checked by emit"):
+        ContractRegistry([other])
