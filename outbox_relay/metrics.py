@@ -85,9 +85,9 @@ class RelayMetrics:
 class BatchHistogram(Collector):
     """A Prometheus histogram that takes a whole batch's observations in one call.
 
-    prometheus_client's `Histogram.observe` takes a lock and walks the buckets for every value: about 1.2 µs
-    an event, 2.5 ms of each 2,000-row batch on the relay's main thread, the thread every batch waits for. Here
-    a batch is sorted into buckets by C code (`bisect` through `map`), and the lock is taken once.
+    prometheus_client's `Histogram.observe` takes a lock and walks the buckets for every value, per event, on
+    the relay's main thread, the thread every batch waits for. Here a batch is sorted into buckets by C code
+    (`bisect` through `map`), and the lock is taken once.
     """
 
     def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: CollectorRegistry) -> None:

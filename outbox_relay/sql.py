@@ -15,15 +15,14 @@ from schemas.config import OutboxNames
 
 # The backlog gauge counts the rows at the head of the outbox (by seq), up to this many; beyond, it shows
 # Postgres's running count of live rows (pg_stat_user_tables.n_live_tup). The age is the oldest head row's.
-# Why not count(*): it reads the whole outbox (160 ms of a core per million rows here) under one snapshot,
-# and while a snapshot is held, the rows the relay removes cannot be cleaned up: each take steps over them.
-# At a backlog of a million, counting every second did not yet slow a drain; at tens of millions the count
-# would run most of the time, and cost the most exactly while the relay catches up. The head takes ~20 ms.
+# Why not count(*): it reads the whole outbox under one snapshot, and while a snapshot is held, the rows the
+# relay removes cannot be cleaned up: each take steps over them. Its cost grows with the backlog, so it would
+# cost the most exactly while the relay catches up; the head's cost is bounded.
 BACKLOG_COUNTED = 100_000
 
 
 # A plain DELETE ... RETURNING, sorted by the relay: the server-side ORDER BY needed a CTE that copied the
-# batch once more, and cost about 15% of the statement.
+# batch once more.
 _RETURNING = sql.SQL(
     "RETURNING seq, id::text, aggregatetype, aggregateid, type, type_version::text, payload::text, "
     "extract(epoch FROM created_at)::float8"
@@ -71,12 +70,10 @@ def take(
     BEGIN and the DELETE go to Postgres as one query string through libpq's PQexec, which psycopg runs
     without holding Python's GIL. Through a cursor, a thread needs the GIL back after the BEGIN and for each
     chunk of the 2 MB result, and waits for it whenever another thread runs Python (the relay's main thread,
-    producing): 3-4 ms for the BEGIN alone, in a 20 ms DELETE. So the values are literals in the text, merged
-    by psycopg's client-side quoting: the limit, and the seqs as one array literal (which also beats psycopg's
-    list dumper: 2 ms in Python for the 4,000 seqs of two batches).
+    producing). So the values are literals in the text, merged by psycopg's client-side quoting: the limit,
+    and the seqs as one array literal (which also beats psycopg's list dumper, Python per element).
 
-    Not a prepared statement run by EXECUTE: Postgres then stores the DELETE's result twice before sending it,
-    and serial takes ran 7-10% slower. Planning the literal statement costs about 0.1 ms.
+    Not a prepared statement run by EXECUTE: Postgres then stores the DELETE's result twice before sending it.
     """
     seqs = ",".join(map(str, in_flight))
     statement, params = (take_after_sql(names), ("{" + seqs + "}", limit)) if seqs else (take_sql(names), (limit,))

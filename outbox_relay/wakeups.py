@@ -17,12 +17,10 @@ class Wakeups:
 
     Why read them while busy, when the relay is not going to wait for them: Postgres sends a listener its
     notifications under a snapshot that it holds until all are sent. Left unread while the relay is behind
-    (or waits for Kafka), a busy application's commits fill the socket within minutes (a few MB: between
-    100,000 and 200,000 notifications here), and the listening backend blocks in the send with that
-    snapshot held. No VACUUM could then remove a row deleted in any table of the database until the relay
-    caught up, and every take had to step over all the rows removed since: the further behind, the slower.
-    A drain of 1,000,000 rows, 300,000 notifications arriving at its start, took 89-94 s so; 17 s now, as
-    without the notifications.
+    (or waits for Kafka), a busy application's commits fill the socket within minutes, and the listening
+    backend blocks in the send with that snapshot held. No VACUUM could then remove a row deleted in any
+    table of the database until the relay caught up, and every take had to step over all the rows removed
+    since: the further behind, the slower (`bench/catch_up_bench.py` measures it; docs/benchmarks.md).
     """
 
     def __init__(self, conn: psycopg.Connection[Any], stop: threading.Event) -> None:

@@ -55,8 +55,8 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # filter on (an event log's dedupe window), without paying for every column of wide payloads.
         "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "10",
         # A job commits once per micro-batch; Delta's default checkpoint every 10 commits rewrites the whole
-        # file list in the batch that triggers it (1.5-3 s here, 3-6 s under load): a tenth of the batches
-        # paid it. Every 100 commits, a reader rebuilding a snapshot replays at most 99 small commit files.
+        # file list in the batch that triggers it: a tenth of the batches paid seconds for it. Every 100
+        # commits, a reader rebuilding a snapshot replays at most 99 small commit files.
         "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
         # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
         "spark.databricks.delta.snapshotPartitions": "2",
