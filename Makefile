@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lint typecheck test unit demo up down status bench chaos clean
+.PHONY: help install lock lint typecheck test unit demo up down status bench chaos clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
@@ -52,6 +52,10 @@ status:
 
 down:
 	$(CDCPIPE) stack down
+
+# The settings reference in docs/configuration.md, from the models `--help` reads (a unit test checks it).
+docs: install
+	$(PY) -m cdcpipe.cli.reference
 
 clean:
 	-$(CDCPIPE) stack down --purge

@@ -108,12 +108,20 @@ class StageSettings(BaseSettings):
         """(environment variable, default, description) for each field: what `--help` shows."""
         rows = []
         for name, field in cls.model_fields.items():
-            if field.default_factory is not None:
-                default = str(field.default_factory())  # type: ignore[call-arg]
-            else:
-                default = "" if field.default is None else str(field.default)
+            value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
+            default = _shown(value)
             rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))
         return rows
+
+
+def _shown(value: object) -> str:
+    """A default as a user would type it: a list of folders colon-separated, of names comma-separated."""
+    if value is None:
+        return ""
+    if isinstance(value, (tuple, list, set, frozenset)):
+        separator = ":" if value and all(isinstance(v, Path) for v in value) else ","
+        return separator.join(sorted(str(v) for v in value) if isinstance(value, (set, frozenset)) else map(str, value))
+    return str(value)
 
 
 def split_list(value: object, separator: str = ",") -> object:

@@ -72,3 +72,14 @@ def test_main_prints_a_stage_error_as_a_message_and_exits_2(
     err = capsys.readouterr().err
     assert err.startswith("error: '../x' is not a job name")
     assert "Traceback" not in err
+
+
+def test_the_settings_reference_in_the_docs_is_the_one_help_shows() -> None:
+    """docs/configuration.md's table is rendered from the models `--help` reads: `make docs` after a change."""
+    from cdcpipe.cli import reference
+
+    page = reference.PAGE.read_text()
+    assert reference.page_with_reference(page) == page, "docs/configuration.md is stale: run `make docs`"
+    for model in reference.MODELS:
+        for variable, _, _ in model.describe():
+            assert f"`{variable}`" in page
