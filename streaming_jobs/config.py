@@ -24,6 +24,12 @@ class SparkSettings(StageSettings):
     )
     spark_driver_memory: str = Field("2g", description="driver JVM heap")
     spark_executor_memory: str = Field("1g", description="executor heap on a standalone cluster")
+    spark_cores_max: int = Field(
+        1,
+        ge=1,
+        description="cores one job takes on a standalone cluster (spark.cores.max); without a cap the first job "
+        "takes every core and the next waits",
+    )
     spark_shuffle_partitions: int = Field(
         2, ge=1, description="spark.sql.shuffle.partitions (one per core: micro-batches are small)"
     )

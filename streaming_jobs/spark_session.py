@@ -36,7 +36,13 @@ def spark_jars(folder: Path) -> list[Path]:
 def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
     """Every setting the session is built with (separate, so it can be read and tested without a JVM)."""
     jars = spark_jars(settings.spark_jars_dir)
-    return {
+    # On a standalone cluster an application takes every free core unless capped: one job would starve the next.
+    cluster = (
+        {"spark.cores.max": str(settings.spark_cores_max), "spark.executor.cores": str(settings.spark_cores_max)}
+        if settings.spark_master.startswith("spark://")
+        else {}
+    )
+    return cluster | {
         "spark.app.name": app_name,
         "spark.master": settings.spark_master,
         "spark.jars": ",".join(str(j) for j in jars),

@@ -62,3 +62,12 @@ def test_triggers_become_spark_intervals(trigger: str, spark: str) -> None:
 
     spec = JobSpec(name="j", kind="event_log", topics=("t",), table="t", trigger=trigger)
     assert spec.processing_time() == spark
+
+
+def test_a_job_on_a_standalone_cluster_takes_only_its_share_of_cores(tmp_path: Path) -> None:
+    folder = jars_folder(tmp_path, JAR_NAMES)
+    local = session_conf(SparkSettings.load(spark_jars_dir=folder), "t")
+    assert "spark.cores.max" not in local
+    cluster = session_conf(SparkSettings.load(spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077"), "t")
+    assert cluster["spark.cores.max"] == "1"
+    assert cluster["spark.executor.cores"] == "1"
