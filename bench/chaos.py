@@ -140,6 +140,7 @@ class Soak:
     env: dict[str, str]
     settings: StackSettings
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    relays: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
     def schema(self) -> str:
@@ -433,7 +434,8 @@ def soak_run(
     def relay() -> subprocess.Popen[bytes]:
         return start_relay({**soak.relay_env, "CDCPIPE_METRICS_PORT": str(free_port())}, log)
 
-    relays = [relay(), relay()]
+    relays = soak.relays
+    relays += [relay(), relay()]
     for kind in KINDS:
         cdcpipe(soak.job_env, "jobs", "submit", soak.job(kind))
     generator = Generator(soak.dsn, soak.names, soak.accounts, args.rate, args.seed)
@@ -524,11 +526,7 @@ def soak_run(
     except SystemExit:
         caught_up_s = None  # reported with the counts that were still wrong
     check_alive("the end")
-    for kind in KINDS:
-        cdcpipe(soak.job_env, "jobs", "stop", soak.job(kind))
-    for r in relays:
-        r.send_signal(signal.SIGTERM)
-        r.wait(60)
+    stop_parts(soak)
 
     records = read_topic(settings.kafka_bootstrap, soak.event_topic)
     sequence = {e.event_id: e.sequence for e in generator.committed + generator.maybe}
@@ -554,8 +552,25 @@ def soak_run(
     }
 
 
+def stop_parts(soak: Soak) -> None:
+    """Stop the run's jobs and relays (also when the run failed: nothing of it may outlive it)."""
+    for kind in KINDS:
+        with contextlib.suppress(SystemExit):
+            cdcpipe(soak.job_env, "jobs", "stop", soak.job(kind))
+    for r in soak.relays:
+        if r.poll() is None:
+            r.send_signal(signal.SIGTERM)
+            try:
+                r.wait(60)
+            except subprocess.TimeoutExpired:
+                r.kill()
+                r.wait()
+    soak.relays.clear()
+
+
 def cleanup(soak: Soak) -> None:
-    """Drop the run's connector and its slot: a slot left behind pins WAL on the user's Postgres."""
+    """Stop what the run started, and drop its connector and slot: a slot left behind pins WAL."""
+    stop_parts(soak)
     with contextlib.suppress(SystemExit):
         cdcpipe(soak.env, "connectors", "delete", soak.connector, "--drop-slot", "--drop-publication", "--yes")
 

@@ -34,6 +34,21 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+# A process killed a moment ago may hold its listening socket a little after its pid is gone: a restart
+# right after a stop (a fault test, `down` then `up`) waits this long for the port before calling it taken.
+PORT_RELEASE_S = 3.0
+
+
+def wait_port_free(port: int, timeout_s: float = PORT_RELEASE_S) -> bool:
+    """Whether the port is free, or becomes free within `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(port):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 @dataclass(frozen=True)
 class Started:
     """What `up` did for one service."""
@@ -61,7 +76,7 @@ def _start_one(service: Service, settings: StackSettings, report: Report) -> Sta
     already = pid is not None
     if pid is None:
         for spec in service.ports:
-            if not port_is_free(spec.port):
+            if not wait_port_free(spec.port):
                 raise PortInUseError(service.name, spec.port, spec.setting)
         service.prepare()
         pid = service.process.start(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -27,3 +28,17 @@ def test_taken_port_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
     assert f"port {port}" in message
     assert "CDCPIPE_PG_PORT" in message
     assert not (tmp_path / "run" / "postgres.pid").exists(), "nothing may start when a port is taken"
+
+
+def test_a_port_released_a_moment_later_is_waited_for() -> None:
+    """A service killed a moment ago may hold its socket briefly after its pid is gone (seen in the chaos test)."""
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    threading.Timer(0.5, squatter.close).start()
+    assert stack.wait_port_free(port, timeout_s=3.0)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        assert not stack.wait_port_free(held.getsockname()[1], timeout_s=0.3)
