@@ -13,9 +13,10 @@ help:
 	@echo "make test       install what is missing, lint, type-check, run every test against the real stack"
 	@echo "make unit       the tests that need nothing running"
 	@echo "make bench      the benchmarks (JSON and plots in bench/results/)"
-	@echo "make chaos      a 10-minute soak: the pipeline under load while its parts are killed; checks every event"
+	@echo "make chaos      a 10-minute soak: every job kind under load while the pipeline's parts are killed; checks each against Postgres"
 	@echo "make up|status|down   the local stack (cdcpipe stack ...)"
 	@echo "make lock       re-pin the full Python dependency closure into infra/python.lock"
+	@echo "make docs       regenerate the settings reference in docs/configuration.md from the settings models"
 	@echo "make clean      stop the stack and delete its data (jars and the virtual environment stay)"
 
 install:
