@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
-from relay_bench import BATCH, PARTITIONS, RESULTS, drain, start_relay, wait_leader
+from relay_bench import BATCH, PARTITIONS, RESULTS, create_bench_topics, drain, stack_env, start_relay, wait_leader
 
+from infra import kafka_security
 from infra.config import StackSettings
-from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -44,14 +44,14 @@ def main() -> None:
         parser.error("--events, --notifications and --rounds must each be at least 1")
 
     stack = StackSettings.load()
-    env = {**os.environ, **env_values(stack)}
+    env = stack_env(stack)
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]
     names = OutboxNames.load(outbox_schema=f"bench_{tag}")
     topic = f"bench.{tag}.catchup.bench"
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    kafka = kafka_security.client(stack)
+    create_bench_topics(kafka, [topic], PARTITIONS)
     settings = SchemaSettings.load(
         pg_dsn=dsn, publication=f"pub_{tag}", debezium_password_file=Path(env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"])
     )
@@ -73,16 +73,14 @@ def main() -> None:
         wait_leader(dsn, names, relay.pid)
         for _ in range(args.rounds):
             for kind, notifications in (("quiet", 0), ("notified", args.notifications)):
-                rounds[kind].append(
-                    drain(dsn, names, stack.kafka_bootstrap, topic, args.events, relay.pid, notifications)
-                )
+                rounds[kind].append(drain(dsn, names, kafka, topic, args.events, relay.pid, notifications))
     finally:
         relay.send_signal(signal.SIGTERM)
         relay.wait(60)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(names.outbox_schema)))
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(settings.publication)))
-        admin.delete_topics([topic])
+        AdminClient(kafka.client_config()).delete_topics([topic])
     quiet, notified = (statistics.median(r["events_per_s"] for r in rounds[k]) for k in ("quiet", "notified"))
     result: dict[str, Any] = {
         "benchmark": "outbox_relay_catch_up",

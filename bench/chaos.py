@@ -45,20 +45,23 @@ from typing import Any, cast
 import chaos_checks as checks
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 from psycopg import sql
-from relay_bench import free_port, start_relay
+from relay_bench import create_bench_topics, free_port, stack_env, start_relay
 
+from cdcpipe.kafka_client import KafkaSettings
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
+from infra import kafka_security
 from infra import stack as local_stack
 from infra.config import StackSettings
 from infra.services import Connect, Kafka, Postgres, SparkMaster
-from infra.stack import env_values
 from schemas import outbox as schema_outbox
+from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
+from schemas.topics import PrefixGrant
 
 RESULTS = Path(__file__).parent / "results" / "chaos.json"
 PARTITIONS = 3
@@ -167,6 +170,11 @@ class Soak:
         return f"{self.schema}.{self.schema}.accounts"  # Debezium's <topic.prefix>.<schema>.<table>
 
     @property
+    def connector_prefixes(self) -> list[str]:
+        """The topics the table connector (topic.prefix = the schema) names and creates."""
+        return [f"{self.schema}.", f"__debezium-heartbeat.{self.schema}"]
+
+    @property
     def connector(self) -> str:
         return f"chaos-{self.tag}"
 
@@ -185,6 +193,7 @@ class Soak:
             "CDCPIPE_LAKE": str(self.work),
             "CDCPIPE_TABLE_CONTRACT_DIRS": str(self.work / "contracts"),
             "CDCPIPE_SPARK_DRIVER_MEMORY": "1g",  # five drivers share the machine
+            "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(self.settings, "jobs")),
         }
 
     @property
@@ -195,10 +204,17 @@ class Soak:
             "CDCPIPE_TOPIC_PATTERN": f"chaos.{self.tag}.{{aggregatetype}}",
             "CDCPIPE_BACKOFF_MAX_S": "2",
             "CDCPIPE_DELIVERY_TIMEOUT_S": "10",
+            "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(self.settings, "relay")),
         }
 
     def connect(self) -> ConnectClient:
-        return ConnectClient(ConnectSettings.load(connect_url=self.settings.connect_url))
+        return ConnectClient(
+            ConnectSettings.load(
+                connect_url=self.settings.connect_url,
+                connect_user=self.env["CDCPIPE_CONNECT_USER"],
+                connect_password_file=Path(self.env["CDCPIPE_CONNECT_PASSWORD_FILE"]),
+            )
+        )
 
 
 def cdcpipe(env: dict[str, str], *args: str) -> None:
@@ -244,9 +260,11 @@ def prepare(soak: Soak) -> list[checks.Event]:
             event_id = emit(conn, "account", key, "AccountOpened", payload, names=soak.names)
             opened.append(checks.Event(str(event_id), key, -KEYS + n))
         conn.commit()
-    admin = AdminClient({"bootstrap.servers": soak.settings.kafka_bootstrap})
-    admin.create_topics([NewTopic(soak.event_topic, PARTITIONS, 1)])[soak.event_topic].result(30)
-    del admin  # or its client logs every refused connection while Kafka is down
+    kafka = kafka_security.client(soak.settings)
+    create_bench_topics(kafka, [soak.event_topic], PARTITIONS)
+    # Debezium names and creates the captured table's topic and its heartbeat topic itself.
+    grants = [PrefixGrant(p, ("User:connect",), ("User:jobs",), ("User:connect",)) for p in soak.connector_prefixes]
+    topics.apply(kafka.client_config(), [], grants)
 
     (soak.work / "contracts").mkdir(parents=True)
     (soak.work / "contracts" / f"{soak.schema}.accounts.json").write_text(
@@ -305,7 +323,7 @@ def prepare(soak: Soak) -> list[checks.Event]:
 
 
 def topic_exists(soak: Soak, topic: str) -> bool:
-    admin = AdminClient({"bootstrap.servers": soak.settings.kafka_bootstrap})
+    admin = AdminClient(kafka_security.client(soak.settings).client_config())
     return topic in admin.list_topics(timeout=10).topics
 
 
@@ -341,11 +359,9 @@ def job_pid(soak: Soak, kind: str) -> int | None:
     return pid if pid is not None and Path(f"/proc/{pid}").exists() else None
 
 
-def read_topic(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, str]]:
+def read_topic(kafka: KafkaSettings, topic: str) -> list[tuple[int, int, bytes, str]]:
     """Every record: (partition, offset, key, event id header)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"chaos-{uuid.uuid4()}", "enable.partition.eof": True}
-    )
+    consumer = Consumer(kafka.client_config(**{"group.id": f"chaos-{uuid.uuid4()}", "enable.partition.eof": True}))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     records, ended = [], 0
     while ended < PARTITIONS:
@@ -410,7 +426,7 @@ def main() -> None:
     if unknown := set(chosen) - set(FAULTS):
         parser.error(f"unknown faults {sorted(unknown)}: choose from {','.join(FAULTS)}")
     settings = StackSettings.load()
-    soak = Soak(env={**os.environ, **env_values(settings)}, settings=settings)
+    soak = Soak(env=stack_env(settings), settings=settings)
     os.environ["PGPASSFILE"] = soak.env["PGPASSFILE"]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     log = args.results.with_suffix(".relays.log")
@@ -528,7 +544,7 @@ def soak_run(
     check_alive("the end")
     stop_parts(soak)
 
-    records = read_topic(settings.kafka_bootstrap, soak.event_topic)
+    records = read_topic(kafka_security.client(settings), soak.event_topic)
     sequence = {e.event_id: e.sequence for e in generator.committed + generator.maybe}
     out_of_order = checks.first_copy_order(records, sequence)
     kinds = {kind: v.as_dict() for kind, v in found.items()}

@@ -48,7 +48,8 @@ def main() -> None:
 
     query = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**settings.kafka.spark_options())
+        .option("groupIdPrefix", "cdcpipe-bench-floor")
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")

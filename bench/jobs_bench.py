@@ -37,12 +37,21 @@ from urllib.parse import unquote
 import psycopg
 import pyarrow.parquet as pq
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
-from relay_bench import PAD, generate, machine_busy_ticks, process_ticks, start_relay, wait_leader
+from relay_bench import (
+    PAD,
+    create_bench_topics,
+    env_kafka,
+    generate,
+    machine_busy_ticks,
+    process_ticks,
+    stack_env,
+    start_relay,
+    wait_leader,
+)
 
 from infra.config import StackSettings
-from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from streaming_jobs.once.checkpoints import PROGRESS_FILE
@@ -60,8 +69,7 @@ def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str) -> No
 
 
 def create_topic(env: dict[str, str], topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]})  # kept alive until the result
-    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    create_bench_topics(env_kafka(env), [topic], PARTITIONS)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -304,7 +312,7 @@ def _visible_at(table: Path) -> list[tuple[int, float]]:
 
 def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
     """`events` 1 KB AccountOpened events in the outbox wire format, over `keys` accounts."""
-    producer = Producer({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"], "linger.ms": 20})
+    producer = Producer(env_kafka(env).client_config(**{"linger.ms": 20}))
     value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
     for k in range(events):
         headers: list[tuple[str, str | bytes | None]] = [
@@ -355,7 +363,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare Kafka -> Delta job")
     args = parser.parse_args()
-    env = {**os.environ, **env_values(StackSettings.load())}
+    env = stack_env(StackSettings.load())
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]
@@ -372,7 +380,7 @@ def main() -> None:
         }
     finally:
         # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.
-        admin = AdminClient({"bootstrap.servers": env["CDCPIPE_KAFKA_BOOTSTRAP"]})
+        admin = AdminClient(env_kafka(env).client_config())
         for future in admin.delete_topics(
             [f"jobs.{tag}.bench", f"jobs.{tag}f.bench", f"jobs.{tag}.throughput"]
         ).values():

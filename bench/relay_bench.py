@@ -45,21 +45,24 @@ from typing import Any, TypeVar
 
 import psycopg
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 from hdrh.histogram import HdrHistogram
 from psycopg import sql
 
+from cdcpipe.kafka_client import KafkaSettings
 from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
-from infra import gc_log
+from infra import gc_log, kafka_security
 from infra.config import StackSettings
 from infra.stack import env_values
 from outbox_relay.config import RelaySettings
 from outbox_relay.kafka import producer_config
 from outbox_relay.sql import take
 from schemas import outbox as schema_outbox
+from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
+from schemas.topics import TopicSpec
 
 RESULTS = Path(__file__).parent / "results"
 PAD = "x" * 1000  # with the scheduled time and JSON punctuation, a payload of about 1 KB
@@ -233,7 +236,7 @@ def wait_leader(dsn: str, names: OutboxNames, pid: int) -> None:
 
 
 def drain(
-    dsn: str, names: OutboxNames, bootstrap: str, topic: str, count: int, pid: int | None, notifications: int = 0
+    dsn: str, names: OutboxNames, kafka: KafkaSettings, topic: str, count: int, pid: int | None, notifications: int = 0
 ) -> dict[str, Any]:
     """Commit `count` rows at once; time until a consumer has received every one of them from Kafka.
 
@@ -241,7 +244,7 @@ def drain(
     application would send while the publisher is busy with the backlog.
     """
     vacuum(dsn, names)
-    consumer = at_end(bootstrap, topic)
+    consumer = at_end(kafka, topic)
     sampler = RssSampler(pid) if pid else None
     if sampler:
         sampler.start()
@@ -290,11 +293,11 @@ def settle(dsn: str, names: Sequence[OutboxNames]) -> None:
     os.sync()
 
 
-def at_end(bootstrap: str, topic: str) -> Consumer:
+def at_end(kafka: KafkaSettings, topic: str) -> Consumer:
     """A consumer positioned at the end of every partition of `topic` (it sees only what comes next)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka.client_config(),
             "group.id": f"bench-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 10,
@@ -487,7 +490,7 @@ def backend_pids(dsn: str, application_name: str) -> list[int]:
 def latency_run(
     dsn: str,
     names: OutboxNames,
-    bootstrap: str,
+    kafka: KafkaSettings,
     topic: str,
     rate: int,
     seconds: float,
@@ -508,7 +511,7 @@ def latency_run(
     # What the publisher costs: its own process and, for our relay, its Postgres sessions (Debezium's
     # walsender is not counted: it is named by the slot, not by an application).
     backends = backend_pids(dsn, f"cdcpipe-relay:{publisher_pid}")
-    consumer = at_end(bootstrap, topic)
+    consumer = at_end(kafka, topic)
     histogram = HdrHistogram(1, 120_000_000, 3)  # microseconds, up to 2 minutes
     warmup_histogram = HdrHistogram(1, 120_000_000, 3)
     total = int(rate * (warmup + seconds))
@@ -624,6 +627,29 @@ def worst_seconds(arrivals: list[tuple[int, int, int]], start_ns: int, top: int 
     ]
 
 
+def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
+    """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need."""
+    specs = [
+        TopicSpec(name, partitions, 1, producers=("User:relay", "User:connect"), consumers=("User:jobs",))
+        for name in names
+    ]
+    topics.apply(kafka.client_config(), specs)
+
+
+def env_kafka(env: dict[str, str]) -> KafkaSettings:
+    """The Kafka client settings `stack env` points at (the stack's admin)."""
+    return KafkaSettings.from_file(Path(env["CDCPIPE_KAFKA_CONFIG"]))
+
+
+def stack_env(stack: StackSettings) -> dict[str, str]:
+    """The environment of this process, wired to the local stack.
+
+    Jobs a bench starts run in local mode even with the cluster up: the figures are for local[2], and several
+    applications would queue for one worker's cores.
+    """
+    return {**os.environ, **env_values(stack), "CDCPIPE_SPARK_MASTER": "local[2]"}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -721,7 +747,7 @@ def main() -> None:
     rates = [int(r) for r in args.rates.split(",")]
 
     stack = StackSettings.load()
-    env = {**os.environ, **env_values(stack)}
+    env = stack_env(stack)
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]
@@ -730,9 +756,8 @@ def main() -> None:
     ceiling_names = OutboxNames.load(outbox_schema=f"bench_{tag}_ceiling")
     all_names = (relay_names, debezium_names, ceiling_names)
     relay_topic, debezium_topic, ceiling_topic = (f"bench.{tag}.{p}.bench" for p in ("relay", "dbz", "ceiling"))
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
-    for t in (relay_topic, debezium_topic, ceiling_topic):
-        admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+    kafka = kafka_security.client(stack)
+    create_bench_topics(kafka, [relay_topic, debezium_topic, ceiling_topic], PARTITIONS)
     password_file = Path(env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"])
     with psycopg.connect(dsn) as conn:
         for n in all_names:
@@ -744,9 +769,7 @@ def main() -> None:
                 ),
             )
     pattern = f"bench.{tag}.relay.{{aggregatetype}}"
-    relay_settings = RelaySettings.load(
-        pg_dsn=dsn, kafka_bootstrap=stack.kafka_bootstrap, topic_pattern=pattern, batch_size=BATCH
-    )
+    relay_settings = RelaySettings.load(pg_dsn=dsn, kafka=kafka, topic_pattern=pattern, batch_size=BATCH)
     RESULTS.mkdir(exist_ok=True)
     metrics_port = free_port()
     log = RESULTS / "relay_bench_relay.log"
@@ -758,7 +781,12 @@ def main() -> None:
         "CDCPIPE_METRICS_PORT": str(metrics_port),
         "CDCPIPE_BATCH_SIZE": str(BATCH),
     }
-    connect_settings = ConnectSettings.load(connect_url=stack.connect_url, pg_dsn=dsn)
+    connect_settings = ConnectSettings.load(
+        connect_url=stack.connect_url,
+        pg_dsn=dsn,
+        connect_user=env["CDCPIPE_CONNECT_USER"],
+        connect_password_file=Path(env["CDCPIPE_CONNECT_PASSWORD_FILE"]),
+    )
     result: dict[str, Any] = {
         "benchmark": "outbox_relay",
         "payload_bytes": len(payload(time.time_ns())),
@@ -777,16 +805,14 @@ def main() -> None:
             for _ in range(args.rounds):
                 rounds["ceiling_postgres"].append(postgres_ceiling(dsn, ceiling_names, args.events))
                 rounds["ceiling_kafka"].append(kafka_ceiling(relay_settings, ceiling_topic, args.events))
-                rounds["relay_drain"].append(
-                    drain(dsn, relay_names, stack.kafka_bootstrap, relay_topic, args.events, relay.pid)
-                )
+                rounds["relay_drain"].append(drain(dsn, relay_names, kafka, relay_topic, args.events, relay.pid))
             result.update({name: medians(runs_of) for name, runs_of in rounds.items()})
             for rate in rates:
                 before = stage_totals(metrics_port)
                 run = latency_run(
                     dsn,
                     relay_names,
-                    stack.kafka_bootstrap,
+                    kafka,
                     relay_topic,
                     rate,
                     args.seconds,
@@ -803,14 +829,12 @@ def main() -> None:
             with ConnectClient(connect_settings) as connect:
                 debezium_name = start_debezium(connect, connect_settings, debezium_names, tag, f"bench.{tag}.dbz.")
                 worker = connect_worker_pid()
-                result["debezium_drain"] = drain(
-                    dsn, debezium_names, stack.kafka_bootstrap, debezium_topic, args.events, worker
-                )
+                result["debezium_drain"] = drain(dsn, debezium_names, kafka, debezium_topic, args.events, worker)
                 for rate in rates:
                     run = latency_run(
                         dsn,
                         debezium_names,
-                        stack.kafka_bootstrap,
+                        kafka,
                         debezium_topic,
                         rate,
                         args.seconds,
@@ -828,7 +852,7 @@ def main() -> None:
             for n in all_names:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n.outbox_schema)))
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{n.outbox_schema}")))
-        admin.delete_topics([relay_topic, debezium_topic, ceiling_topic])
+        AdminClient(kafka.client_config()).delete_topics([relay_topic, debezium_topic, ceiling_topic])
     lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
     result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
     result["relay_drain"]["ratio_to_lower_ceiling_per_round"] = [

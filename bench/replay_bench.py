@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from jobs_bench import PARTITIONS, create_topic, fill_topic
+from relay_bench import stack_env
 
 from infra.config import StackSettings
-from infra.stack import env_values
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -43,7 +43,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    os.environ.update(env_values(StackSettings.load()))
+    os.environ.update(stack_env(StackSettings.load()))
     tag = uuid.uuid4().hex[:8]
     lake = Path(os.environ["CDCPIPE_LAKE"]) / f"_bench_replay_{tag}"
     os.environ["CDCPIPE_LAKE"] = str(lake)
@@ -64,7 +64,7 @@ def main() -> None:
 
     settings = SparkSettings.load()
     spec = JobSpec(name="replay_bench", kind="latest_state", topics=(topic,), table="latest")
-    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+    with KafkaPositions(settings.kafka) as kafka:
         whole = resolve_range(kafka, spec.topics, Position("earliest"), Position("latest"))
     spark = build_spark_session(settings, app_name="cdcpipe-replay-bench")
     runs: list[dict[str, Any]] = []

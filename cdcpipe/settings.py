@@ -108,6 +108,8 @@ class StageSettings(BaseSettings):
         """(environment variable, default, description) for each field: what `--help` shows."""
         rows = []
         for name, field in cls.model_fields.items():
+            if isinstance(field.annotation, type) and issubclass(field.annotation, StageSettings):
+                continue  # a shared section (`kafka`): described once, under its own name
             value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
             default = _shown(value)
             rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))

@@ -13,7 +13,13 @@ from urllib.parse import quote
 import httpx
 
 from connectors.config import ConnectSettings
-from connectors.errors import ConnectError, ConnectorNotFoundError, ConnectUnavailableError, RebalanceInProgressError
+from connectors.errors import (
+    ConnectAuthError,
+    ConnectError,
+    ConnectorNotFoundError,
+    ConnectUnavailableError,
+    RebalanceInProgressError,
+)
 
 JSON = dict[str, Any]
 
@@ -24,7 +30,10 @@ class ConnectClient:
     def __init__(self, settings: ConnectSettings, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
         self._http = httpx.Client(
-            base_url=settings.connect_url, timeout=settings.connect_timeout_s, transport=transport
+            base_url=settings.connect_url,
+            timeout=settings.connect_timeout_s,
+            transport=transport,
+            auth=settings.basic_auth(),
         )
 
     def __enter__(self) -> ConnectClient:
@@ -116,6 +125,13 @@ class ConnectClient:
         message = _message(response)
         if response.status_code == 409:
             raise RebalanceInProgressError(f"{method} {url}: {message}")
+        if response.status_code in (401, 403):
+            who = f"as {self.settings.connect_user}" if self.settings.connect_user else "without credentials"
+            raise ConnectAuthError(
+                f"{method} {url} -> HTTP {response.status_code}: Kafka Connect refused the request {who}; set "
+                "CDCPIPE_CONNECT_USER and CDCPIPE_CONNECT_PASSWORD_FILE (or CDCPIPE_CONNECT_PASSWORD) to a user of "
+                'its REST API (the local stack\'s: `eval "$(cdcpipe stack env)"`)'
+            )
         if response.status_code == 404:
             raise ConnectorNotFoundError(f"{method} {url}: {message} (`cdcpipe connectors list` shows what exists)")
         raise ConnectError(f"{method} {url} -> HTTP {response.status_code}: {message}")

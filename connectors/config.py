@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
+from cdcpipe.errors import ConfigError
 from cdcpipe.settings import StageSettings
 
 DEFINITIONS_DIR = Path(__file__).parent / "definitions"
@@ -20,7 +21,33 @@ class ConnectSettings(StageSettings):
     connect_url: str = Field("http://127.0.0.1:8083", description="Kafka Connect REST API")
     connect_timeout_s: float = Field(30.0, gt=0, description="timeout of one REST request")
     connect_retries: int = Field(10, ge=0, description="retries of a request that met a rebalance (409)")
+    connect_user: str | None = Field(None, description="user for the REST API's basic authentication")
+    connect_password: SecretStr | None = Field(None, description="that user's password (secret: never printed)")
+    connect_password_file: Path | None = Field(
+        None, description="file holding that user's password (instead of CDCPIPE_CONNECT_PASSWORD)"
+    )
     pg_dsn: SecretStr = Field(
         SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
         description="libpq connection string used to read replication slots and publications",
     )
+
+    @model_validator(mode="after")
+    def _credentials(self) -> ConnectSettings:
+        if self.connect_password is not None and self.connect_password_file is not None:
+            raise ValueError("give the Connect password once: CDCPIPE_CONNECT_PASSWORD or ..._PASSWORD_FILE")
+        if self.connect_password_file is not None and not self.connect_password_file.is_file():
+            raise ValueError(f"connect_password_file {self.connect_password_file}: no such file")
+        return self
+
+    def basic_auth(self) -> tuple[str, str] | None:
+        """(user, password) for the REST API, or None when no user is set."""
+        if self.connect_user is None:
+            return None
+        if self.connect_password_file is not None:
+            return self.connect_user, self.connect_password_file.read_text().strip()
+        if self.connect_password is None:
+            raise ConfigError(
+                f"CDCPIPE_CONNECT_USER={self.connect_user} has no password: set CDCPIPE_CONNECT_PASSWORD_FILE "
+                "(or CDCPIPE_CONNECT_PASSWORD)"
+            )
+        return self.connect_user, self.connect_password.get_secret_value()

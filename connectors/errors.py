@@ -17,6 +17,10 @@ class RebalanceInProgressError(RetryableError, ConnectError):
     """Connect answered 409: the workers are rebalancing; the same request succeeds a moment later."""
 
 
+class ConnectAuthError(ConnectError):
+    """Connect's REST API refused the credentials given, or wanted some and got none (401/403)."""
+
+
 class ConnectorNotFoundError(ConnectError):
     """No connector of that name exists on the Connect cluster."""
 

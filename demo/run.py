@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from cdcpipe.errors import CdcpipeError
+from infra import kafka_security
 from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox, topics
@@ -121,27 +122,34 @@ def run(say: Callable[[str], None] = print) -> None:
         ) from exc
     say(f"1. outbox {names.outbox_schema}.{names.outbox_table} ready (cdcpipe schema apply)")
     topic_settings = TopicSettings.load()
-    applied = topics.apply(
-        {"bootstrap.servers": topic_settings.kafka_bootstrap}, topics.load(topic_settings.topics_dir)
-    )
-    say(f"   topics {', '.join(a.name for a in applied)} ready (cdcpipe topics apply)")
+    declared = topics.load(topic_settings.topics_dir)
+    applied = topics.apply(topic_settings.kafka.client_config(), declared.topics, declared.prefixes)
+    say(f"   topics {', '.join(a.name for a in applied if a.action != 'granted')} ready (cdcpipe topics apply)")
 
     lake = stack.lake / "demo"
     shutil.rmtree(lake, ignore_errors=True)  # a fresh read model and checkpoint on every run
-    spark = SparkSettings.load().model_copy(update={"lake": lake})
+    # Each component as its own Kafka user, with only the ACLs it needs (the stack's client files).
+    spark = SparkSettings.load().model_copy(update={"lake": lake, "kafka": kafka_security.client(stack, "jobs")})
     lake.mkdir(parents=True)
     relay_log = lake / "relay.log"
     with relay_log.open("wb") as log:
         relay = subprocess.Popen(
             [sys.executable, "-m", "cdcpipe", "relay", "run"],
-            env={**env, "CDCPIPE_METRICS_PORT": "0"},
+            env={
+                **env,
+                "CDCPIPE_METRICS_PORT": "0",
+                "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(stack, "relay")),
+            },
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     say(f"2. relay started (cdcpipe relay run, pid {relay.pid}; log {relay_log})")
     try:
         pid = job_control.submit(spark, JOB, master=None, trigger=None)
-        say(f"3. streaming job {JOB} started (cdcpipe jobs submit {JOB}, pid {pid}; tables under {lake})")
+        say(
+            f"3. streaming job {JOB} started on {spark.spark_master} "
+            f"(cdcpipe jobs submit {JOB}, pid {pid}; tables under {lake})"
+        )
         # Unique per run: the fresh checkpoint reads the topics from the start, earlier runs' events included.
         run_id = time.strftime("%Y%m%d%H%M%S")
         began = time.monotonic()

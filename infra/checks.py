@@ -13,26 +13,22 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from infra import kafka_security
 from infra.config import StackSettings
 from infra.errors import StackError
+from infra.stack_secrets import secret_file
 
 
 def produce_sample(settings: StackSettings, topic: str, count: int) -> None:
     """Create `topic` (one partition), produce `count` small JSON records to it and wait for every ack."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    kafka = kafka_security.client(settings)  # the stack's own check runs as its admin
+    admin = AdminClient(kafka.client_config())
     try:
         admin.create_topics([NewTopic(topic, 1, -1)], request_timeout=30)[topic].result()
     except KafkaException as exc:
         raise StackError(f"kafka: creating topic {topic} failed ({exc.args[0]}); check `cdcpipe stack status`") from exc
     # log_level 3: librdkafka's transient retry warnings (a coordinator still loading) are not news to a user.
-    producer = Producer(
-        {
-            "bootstrap.servers": settings.kafka_bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "log_level": 3,
-        }
-    )
+    producer = Producer(kafka.client_config(acks="all", **{"enable.idempotence": True, "log_level": 3}))
     failures: list[str] = []
 
     def delivered(err: object, msg: object) -> None:
@@ -61,7 +57,11 @@ def round_trip(settings: StackSettings, *, master: str, count: int, report: Call
     table = settings.lake / "stack-check" / stamp
     produce_sample(settings, topic, count)
     report(f"produced {count} records to {topic}; running a Spark job on {master} ...")
-    env = {**os.environ, "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    env = {
+        **os.environ,
+        **kafka_security.client(settings).environment(),
+        "CDCPIPE_SPARK_AUTHENTICATE_SECRET_FILE": str(secret_file(settings, "spark_authenticate_secret")),
+    }
     # A child process: the Spark driver JVM lives and dies with the job, not with this command.
     command = [sys.executable, "-m", "streaming_jobs.stack_check", "--topic", topic, "--table", str(table)]
     proc = subprocess.run(  # noqa: S603 - our own module, arguments built here

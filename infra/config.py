@@ -23,7 +23,7 @@ class StackSettings(StageSettings):
     pg_port: int = Field(5432, description="PostgreSQL port")
     pg_database: str = Field("cdcpipe", description="database created for the pipeline")
     pg_bin_dir: Path = Field(Path("/usr/lib/postgresql/15/bin"), description="PostgreSQL 15 server binaries")
-    kafka_port: int = Field(9092, description="Kafka broker port (PLAINTEXT)")
+    kafka_port: int = Field(9092, description="Kafka broker port (TLS + SASL/SCRAM-SHA-512)")
     kafka_controller_port: int = Field(9093, description="KRaft controller port")
     kafka_heap: str = Field("768m", description="broker JVM heap (-Xmx)")
     connect_port: int = Field(8083, description="Kafka Connect REST port")

@@ -252,6 +252,29 @@ def transforms(versions: dict[str, dict[str, str]]) -> None:
     log(f"transforms: built in {time.monotonic() - started:.0f}s")
 
 
+def kcat() -> None:
+    """`.stack/bin/kcat`: the system's kcat on the librdkafka confluent-kafka ships.
+
+    Debian bookworm's kcat links librdkafka 2.0.2, whose SCRAM client-final message Kafka 4 rejects (fixed in
+    librdkafka 2.6.1, confluentinc/librdkafka#4895); the library keeps its ABI, so the same kcat on the newer
+    library authenticates.
+    """
+    system_kcat = shutil.which("kcat", path="/usr/bin:/usr/local/bin")
+    bundled = sorted((VENV / "lib").glob("python3*/site-packages/confluent_kafka.libs/librdkafka*.so*"))
+    if system_kcat is None or not bundled:
+        log("kcat: no system kcat or no librdkafka in the virtual environment; .stack/bin/kcat not made")
+        return
+    libs, wrapper = LIB / "librdkafka", HOME / "bin" / "kcat"
+    libs.mkdir(parents=True, exist_ok=True)
+    wrapper.parent.mkdir(parents=True, exist_ok=True)
+    link = libs / "librdkafka.so.1"
+    link.unlink(missing_ok=True)
+    link.symlink_to(bundled[-1])
+    wrapper.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH="{libs}" exec "{system_kcat}" "$@"\n')
+    wrapper.chmod(0o755)
+    log(f"kcat: {wrapper} runs {system_kcat} on {bundled[-1].name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Install every missing part; exit 1 with the failing step named."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -263,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_system:
             system_packages(versions)
         virtualenv(versions)
+        kcat()
         jars(versions)
         transforms(versions)
     except InstallError as exc:

@@ -9,9 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from infra import kafka_security
 from infra.config import StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
 from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
+from infra.services.connect import REST_USER
 from infra.stack_secrets import secret_file
 
 Report = Callable[[str], None]
@@ -188,12 +190,19 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_PG_DSN": postgres.dsn(),
         "PGPASSFILE": str(postgres.pgpass_file),
         "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        # A path, not the secret: the admin's client file (the other users' files are beside it).
+        "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(settings, kafka_security.ADMIN)),
         "CDCPIPE_CONNECT_URL": settings.connect_url,
+        "CDCPIPE_CONNECT_USER": REST_USER,
+        "CDCPIPE_CONNECT_PASSWORD_FILE": str(secret_file(settings, "connect_rest_password")),
         # A path, not the secret: `cdcpipe schema apply` gives the Debezium role this password.
         "CDCPIPE_DEBEZIUM_PASSWORD_FILE": str(secret_file(settings, "debezium_password")),
         "CDCPIPE_LAKE": str(settings.lake),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
     }
     if SparkMaster(settings).process.pid() is not None:
-        values["CDCPIPE_SPARK_MASTER_URL"] = settings.spark_master_url
+        # Jobs read CDCPIPE_SPARK_MASTER: with the cluster up, they run on it (each capped by spark_cores_max).
+        values["CDCPIPE_SPARK_MASTER"] = settings.spark_master_url
+        # A path, not the secret: the cluster admits only applications that know it (spark.authenticate).
+        values["CDCPIPE_SPARK_AUTHENTICATE_SECRET_FILE"] = str(secret_file(settings, "spark_authenticate_secret"))
     return values

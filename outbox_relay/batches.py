@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -52,15 +52,23 @@ class Batch:
     taken: float
     dead: list[DeadLetter] = field(default_factory=list)
     outstanding: int = 0
-    failures: list[tuple[Message, KafkaError]] = field(default_factory=list)
+    failures: list[tuple[Row, Message, KafkaError]] = field(default_factory=list)
     fatal: bool = False
     open: bool = True
 
-    def delivered(self, error: KafkaError | None, message: Message) -> None:
-        self.outstanding -= 1
-        if error is not None:
-            self.failures.append((message, error))
-            self.fatal = self.fatal or error.fatal()
+    def on_delivery(self, row: Row) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback of one row's record.
+
+        It names the row itself: librdkafka hands a refused record back without the headers it was sent with.
+        """
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            self.outstanding -= 1
+            if error is not None:
+                self.failures.append((row, message, error))
+                self.fatal = self.fatal or error.fatal()
+
+        return delivered
 
     def roll_back(self) -> None:
         if self.open:

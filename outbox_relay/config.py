@@ -8,6 +8,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
+from cdcpipe.kafka_client import KafkaSettings
 from cdcpipe.settings import StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
@@ -22,7 +23,7 @@ class RelaySettings(StageSettings):
         SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
         description="libpq connection string (the relay role needs SELECT and DELETE on the outbox)",
     )
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
     topic_pattern: str = Field(
         "outbox.event.{aggregatetype}",
         description="topic of an event; {aggregatetype} is replaced (Debezium EventRouter's default)",

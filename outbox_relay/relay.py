@@ -43,6 +43,7 @@ from outbox_relay.config import RelaySettings
 from outbox_relay.errors import KafkaUnavailableError, PublishStalledError, RelayError
 from outbox_relay.kafka import (
     PERMANENT_ERRORS,
+    SIZE_ERRORS,
     STALLING_ERRORS,
     producer_config,
     stall_cause,
@@ -74,7 +75,7 @@ class Relay:
         self._producer = self._new_producer()
         self._topics = TopicTargets(
             settings,
-            AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "logger": log}),  # type: ignore[dict-item]
+            AdminClient(settings.kafka.client_config(logger=log)),
         )
         # Aggregates with a dead letter no later event of theirs has been published after yet.
         self._dead_aggregates: set[tuple[str, str]] = set()
@@ -346,7 +347,11 @@ class Relay:
             while True:
                 try:
                     producer.produce(
-                        topic, value=row.payload, key=row.aggregateid, headers=headers, on_delivery=batch.delivered
+                        topic,
+                        value=row.payload,
+                        key=row.aggregateid,
+                        headers=headers,
+                        on_delivery=batch.on_delivery(row),
                     )
                     batch.outstanding += 1
                     break
@@ -363,7 +368,8 @@ class Relay:
                     if error.code() in STALLING_ERRORS:
                         self._topics.forget(topic)
                         raise PublishStalledError(topic, stall_cause(topic, error)) from exc
-                    if error.code() not in PERMANENT_ERRORS:
+                    # Refused here, by the producer itself: this record alone, so a size error is its own.
+                    if error.code() not in PERMANENT_ERRORS | SIZE_ERRORS:
                         raise KafkaUnavailableError(f"Kafka refused a record for now: {error.name()}") from exc
                     batch.dead.append(DeadLetter(row, f"Kafka refused the record: {error}", "refused"))
                     break
@@ -385,12 +391,20 @@ class Relay:
         if batch.outstanding > 0:
             raise KafkaUnavailableError(f"Kafka did not acknowledge {batch.outstanding} of {len(rows)} records in time")
         acked_at = time.time()
-        stalled = [(m, e) for m, e in batch.failures if e.code() in STALLING_ERRORS]
+        stalled = [(m, e) for _, m, e in batch.failures if e.code() in STALLING_ERRORS]
         if stalled:
             message, error = stalled[0]
             self._topics.forget(str(message.topic()))
             raise PublishStalledError(str(message.topic()), stall_cause(str(message.topic()), error))
-        retry = [(m, e) for m, e in batch.failures if e.code() not in PERMANENT_ERRORS]
+        too_large = {str(m.topic()) for _, m, e in batch.failures if e.code() in SIZE_ERRORS}
+        if too_large:
+            for topic in too_large:
+                self._topics.forget(topic)
+            raise KafkaUnavailableError(
+                f"Kafka refused records of {sorted(too_large)} as too large: reading the topics' "
+                "max.message.bytes again, the batch is retried and only records above it become dead letters"
+            )
+        retry = [(m, e) for _, m, e in batch.failures if e.code() not in PERMANENT_ERRORS]
         if retry:
             message, error = retry[0]
             raise KafkaUnavailableError(
@@ -398,14 +412,8 @@ class Relay:
                 f"(first: {message.topic()}: {error.name()}: {error.str()})"
             )
         dead = batch.dead
-        if batch.failures:
-            by_id = {row.id.encode(): row for row in rows}
-            for message, error in batch.failures:
-                event_id = dict(message.headers() or [])["id"]
-                assert isinstance(event_id, bytes)  # noqa: S101 - the relay set it as bytes
-                dead.append(
-                    DeadLetter(by_id[event_id], f"Kafka rejected the record: {error.name()}: {error.str()}", "rejected")
-                )
+        for row, _, error in batch.failures:
+            dead.append(DeadLetter(row, f"Kafka rejected the record: {error.name()}: {error.str()}", "rejected"))
         acked = time.perf_counter()
         if dead:
             with batch.conn.cursor() as cur:

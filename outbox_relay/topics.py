@@ -76,14 +76,22 @@ class TopicTargets:
             raise PublishStalledError(topic, stall_cause(topic, error))
 
     def max_record_bytes(self, topic: str) -> int:
-        """The topic's max.message.bytes (the broker's default for a topic not created yet)."""
-        resources = [ConfigResource(ResourceType.TOPIC, topic), ConfigResource(ResourceType.BROKER, "1")]
-        limit = PRODUCER_MAX_MESSAGE_BYTES
-        for resource, key in zip(resources, ("max.message.bytes", "message.max.bytes"), strict=True):
-            try:
-                configs = self._admin.describe_configs([resource], request_timeout=10)[resource].result()
-            except KafkaException:
-                continue  # no right to describe it: try the broker's default
-            if key in configs:
-                return min(limit, int(configs[key].value))
-        return limit
+        """The topic's max.message.bytes (capped by the producer's own limit).
+
+        The relay must know it: a record too large is a dead letter only when the relay can tell it is the one
+        too large. Kafka refuses a whole produce request for one record in it, so its refusal does not say
+        which of the records it held was; without the limit, publishing stalls, naming the ACL to grant.
+        """
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            configs = self._admin.describe_configs([resource], request_timeout=10)[resource].result()
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                raise PublishStalledError(
+                    topic,
+                    f"the relay may not read the topic's max.message.bytes ({error.name()}): grant it "
+                    f"DESCRIBE_CONFIGS on topic {topic} (`cdcpipe topics apply` grants it to the topic's producers)",
+                ) from exc
+            raise KafkaUnavailableError(f"cannot read topic {topic}'s config: {error.str()}") from exc
+        return min(PRODUCER_MAX_MESSAGE_BYTES, int(configs["max.message.bytes"].value))

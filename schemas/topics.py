@@ -14,26 +14,40 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    ResourcePatternType,
     ResourceType,
 )
 from pydantic import Field
 
+from cdcpipe.kafka_client import KafkaSettings, unreachable_reason
 from cdcpipe.settings import StageSettings
 from schemas.errors import TopicError
 
 TOPICS_DIR = Path(__file__).resolve().parent / "topics"
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+PRINCIPAL = re.compile(r"[A-Za-z]+:[^\s,;]+")
+TOPIC_KEYS = ("name", "partitions", "replication_factor", "config", "producers", "consumers")
+# What each role may do on its topic: a producer writes (and reads its metadata and limits), a consumer reads.
+ROLE_OPERATIONS = {
+    # DESCRIBE_CONFIGS: the relay reads a topic's max.message.bytes to tell which record is too large.
+    "producers": (AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS),
+    "consumers": (AclOperation.READ, AclOperation.DESCRIBE),
+    "creators": (AclOperation.CREATE,),
+}
 
 
 class TopicSettings(StageSettings):
@@ -41,7 +55,7 @@ class TopicSettings(StageSettings):
 
     toml_section: ClassVar[str] = "topics"
 
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
     topics_dir: Path = Field(TOPICS_DIR, description="folder of topic files (*.toml)")
 
 
@@ -54,41 +68,92 @@ class TopicSpec:
     replication_factor: int
     config: dict[str, str] = field(default_factory=dict)
     source: str = ""
+    producers: tuple[str, ...] = ()  # principals ("User:relay") that may write it
+    consumers: tuple[str, ...] = ()  # principals that may read it
 
 
-def load(folder: Path) -> list[TopicSpec]:
-    """Every topic declared in `folder/*.toml`, validated; a name declared twice is an error."""
+@dataclass(frozen=True)
+class PrefixGrant:
+    """ACLs on every topic whose name starts with `prefix`.
+
+    For the topics a connector names and creates itself: Debezium's `<topic.prefix>.<schema>.<table>` and its
+    heartbeat topic.
+    """
+
+    prefix: str
+    producers: tuple[str, ...] = ()
+    consumers: tuple[str, ...] = ()
+    creators: tuple[str, ...] = ()  # may create such topics (Connect's topic.creation)
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a folder of topic files declares."""
+
+    topics: list[TopicSpec]
+    prefixes: list[PrefixGrant]
+
+
+def load(folder: Path) -> Declared:
+    """Every topic and prefix declared in `folder/*.toml`, validated; a name declared twice is an error."""
     if not folder.is_dir():
         raise TopicError(f"topic files: {folder} is not a folder; set CDCPIPE_TOPICS_DIR to the folder of *.toml")
     specs: dict[str, TopicSpec] = {}
+    prefixes: list[PrefixGrant] = []
     for path in sorted(folder.glob("*.toml")):
-        for spec in _load_file(path):
+        topics, grants = _load_file(path)
+        for spec in topics:
             if spec.name in specs:
                 raise TopicError(f"{path}: topic {spec.name} is declared in {specs[spec.name].source} already")
             specs[spec.name] = spec
-    return list(specs.values())
+        prefixes += grants
+    return Declared(list(specs.values()), prefixes)
 
 
-def _load_file(path: Path) -> list[TopicSpec]:
+def _load_file(path: Path) -> tuple[list[TopicSpec], list[PrefixGrant]]:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise TopicError(f"{path}: not valid TOML ({exc})") from exc
-    unknown = set(data) - {"defaults", "topic"}
+    unknown = set(data) - {"defaults", "topic", "prefix"}
     if unknown:
-        raise TopicError(f"{path}: unknown sections {sorted(unknown)}; a topic file has [defaults] and [[topic]]")
+        raise TopicError(
+            f"{path}: unknown sections {sorted(unknown)}; a topic file has [defaults], [[topic]] and [[prefix]]"
+        )
     defaults = data.get("defaults", {})
     entries = data.get("topic", [])
-    if not isinstance(defaults, dict) or not isinstance(entries, list):
-        raise TopicError(f"{path}: [defaults] must be a table and topics [[topic]] entries")
-    return [_spec(path, i, {**defaults, **entry}, defaults.get("config", {})) for i, entry in enumerate(entries)]
+    prefixes = data.get("prefix", [])
+    if not isinstance(defaults, dict) or not isinstance(entries, list) or not isinstance(prefixes, list):
+        raise TopicError(f"{path}: [defaults] must be a table, topics [[topic]] and prefixes [[prefix]] entries")
+    topics = [_spec(path, i, {**defaults, **entry}, defaults.get("config", {})) for i, entry in enumerate(entries)]
+    return topics, [_prefix(path, i, entry) for i, entry in enumerate(prefixes)]
+
+
+def _prefix(path: Path, index: int, entry: dict[str, Any]) -> PrefixGrant:
+    where = f"{path}: prefix #{index + 1}"
+    unknown = set(entry) - {"name", "producers", "consumers", "creators"}
+    if unknown:
+        raise TopicError(f"{where}: unknown keys {sorted(unknown)} (name, producers, consumers, creators)")
+    name = entry.get("name")
+    if not isinstance(name, str) or not LEGAL_TOPIC.fullmatch(name):
+        raise TopicError(f"{where}: name {name!r} is not the start of a legal topic name")
+    roles = {key: _principals(f"{where} ({name})", entry, key) for key in ("producers", "consumers", "creators")}
+    return PrefixGrant(name, roles["producers"], roles["consumers"], roles["creators"], str(path))
+
+
+def _principals(where: str, entry: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and PRINCIPAL.fullmatch(v) for v in value):
+        raise TopicError(f'{where}: {key} = {value!r}: give a list of principals, like ["User:relay"]')
+    return tuple(value)
 
 
 def _spec(path: Path, index: int, entry: dict[str, Any], default_config: dict[str, Any]) -> TopicSpec:
     where = f"{path}: topic #{index + 1}"
-    unknown = set(entry) - {"name", "partitions", "replication_factor", "config"}
+    unknown = set(entry) - set(TOPIC_KEYS)
     if unknown:
-        raise TopicError(f"{where}: unknown keys {sorted(unknown)} (name, partitions, replication_factor, config)")
+        raise TopicError(f"{where}: unknown keys {sorted(unknown)} ({', '.join(TOPIC_KEYS)})")
     name = entry.get("name")
     if not isinstance(name, str) or not LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
         raise TopicError(f"{where}: name {name!r} is not a legal topic name (letters, digits, '.', '_', '-')")
@@ -101,28 +166,43 @@ def _spec(path: Path, index: int, entry: dict[str, Any], default_config: dict[st
     config = {**default_config, **entry.get("config", {})}
     if not all(isinstance(v, str) for v in config.values()):
         raise TopicError(f'{where} ({name}): config values are strings, as Kafka takes them ("604800000")')
-    return TopicSpec(name, counts["partitions"], counts["replication_factor"], config, str(path))
+    principals = {key: _principals(f"{where} ({name})", entry, key) for key in ("producers", "consumers")}
+    return TopicSpec(
+        name,
+        counts["partitions"],
+        counts["replication_factor"],
+        config,
+        str(path),
+        principals["producers"],
+        principals["consumers"],
+    )
 
 
 @dataclass(frozen=True)
 class Applied:
-    """What `apply` did to one topic: `action` is created, configured, unchanged or partitions-differ."""
+    """What `apply` did to one topic (created, configured, unchanged or partitions-differ) or prefix (granted)."""
 
     name: str
     action: str
     detail: str = ""
+    acls: str = ""  # the ACLs granted, or why none were
 
 
-def apply(admin_config: dict[str, Any], specs: Iterable[TopicSpec], *, dry_run: bool = False) -> list[Applied]:
-    """Create the missing topics and set the declared config keys on the others."""
+def apply(
+    admin_config: dict[str, Any],
+    specs: Iterable[TopicSpec],
+    prefixes: Iterable[PrefixGrant] = (),
+    *,
+    dry_run: bool = False,
+) -> list[Applied]:
+    """Create the missing topics, set the declared config keys on the others, grant the declared ACLs."""
+    prefixes = list(prefixes)
     admin = AdminClient(admin_config)
     specs = list(specs)
     try:
         metadata = admin.list_topics(timeout=15)
     except KafkaException as exc:
-        raise TopicError(
-            f"cannot reach Kafka to read its topics ({exc.args[0]}); check CDCPIPE_KAFKA_BOOTSTRAP"
-        ) from exc
+        raise TopicError(f"cannot read Kafka's topics: {unreachable_reason(admin, exc)}") from exc
     missing = [s for s in specs if s.name not in metadata.topics]
     results: dict[str, Applied] = {}
     if missing and not dry_run:
@@ -156,7 +236,57 @@ def apply(admin_config: dict[str, Any], specs: Iterable[TopicSpec], *, dry_run: 
         else:
             action, detail = ("partitions-differ", note) if note else ("unchanged", "")
         results[spec.name] = Applied(spec.name, action, detail)
-    return [results[s.name] for s in specs]
+    bindings = {s.name: acl_bindings(s.name, ResourcePatternType.LITERAL, s) for s in specs}
+    for grant in prefixes:
+        bindings[f"{grant.prefix}*"] = acl_bindings(grant.prefix, ResourcePatternType.PREFIXED, grant)
+    granted = _grant(admin, bindings, dry_run=dry_run)
+    applied = [replace(results[s.name], acls=granted.get(s.name, "")) for s in specs]
+    return applied + [
+        Applied(f"{g.prefix}*", "granted", granted.get(f"{g.prefix}*", "no principals named")) for g in prefixes
+    ]
+
+
+def acl_bindings(name: str, pattern: ResourcePatternType, declared: TopicSpec | PrefixGrant) -> list[AclBinding]:
+    """The ACLs the declared producers, consumers (and creators) need on a topic or a prefix."""
+    return [
+        AclBinding(ResourceType.TOPIC, name, pattern, principal, "*", operation, AclPermissionType.ALLOW)
+        for role, operations in ROLE_OPERATIONS.items()
+        for principal in getattr(declared, role, ())
+        for operation in operations
+    ]
+
+
+def _grant(admin: AdminClient, bindings: dict[str, list[AclBinding]], *, dry_run: bool) -> dict[str, str]:
+    """Create the ACLs (creating one that exists changes nothing); what was granted, per topic or prefix."""
+    wanted = [b for topic in bindings.values() for b in topic]
+    if not wanted:
+        return {}
+    said = {
+        name: "acls " + ", ".join(sorted({f"{b.principal} {_operation(b)}" for b in topic}))
+        for name, topic in bindings.items()
+        if topic
+    }
+    if dry_run:
+        return said
+    futures = admin.create_acls(wanted, request_timeout=30)
+    for binding, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() == KafkaError.SECURITY_DISABLED:
+                # A cluster without an authorizer allows everything: nothing to grant, and that is said.
+                return dict.fromkeys(said, "acls not applied: the cluster has no authorizer")
+            raise TopicError(
+                f"granting {binding.principal} {_operation(binding)} on topic {binding.name} failed: "
+                f"{error.str()}; `topics apply` needs a principal allowed to ALTER the cluster's ACLs"
+            ) from exc
+    return said
+
+
+def _operation(binding: AclBinding) -> str:
+    operation = binding.operation
+    return operation.name if isinstance(operation, AclOperation) else str(operation)
 
 
 def _configure(admin: AdminClient, spec: TopicSpec, *, dry_run: bool) -> list[str]:

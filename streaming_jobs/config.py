@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
 from cdcpipe.home import default_home
+from cdcpipe.kafka_client import KafkaSettings
 from cdcpipe.settings import StageSettings, split_list
 
 
@@ -30,11 +31,15 @@ class SparkSettings(StageSettings):
         description="cores one job takes on a standalone cluster (spark.cores.max); without a cap the first job "
         "takes every core and the next waits",
     )
+    spark_authenticate_secret_file: Path | None = Field(
+        None,
+        description="file holding the standalone cluster's shared secret (spark.authenticate); for spark:// masters",
+    )
     spark_shuffle_partitions: int = Field(
         2, ge=1, description="spark.sql.shuffle.partitions (one per core: micro-batches are small)"
     )
     spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
     jobs_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
         (Path(__file__).parent / "definitions",),
         description="folders of job files (colon-separated); the built-in examples by default",

@@ -25,12 +25,8 @@ class ContractPatternError(StreamingError):
 class KafkaUnreachableError(StreamingError):
     """Kafka did not answer a request for partitions or offsets."""
 
-    def __init__(self, bootstrap: str, cause: Exception) -> None:
-        reason = cause.args[0].str() if cause.args and hasattr(cause.args[0], "str") else str(cause)
-        super().__init__(
-            f"cannot read topics or offsets from Kafka at {bootstrap} ({reason}); check CDCPIPE_KAFKA_BOOTSTRAP "
-            "and that the broker is up (`cdcpipe stack status`)"
-        )
+    def __init__(self, bootstrap: str, reason: str) -> None:
+        super().__init__(f"cannot read topics or offsets from Kafka at {bootstrap}: {reason}")
 
 
 class ReduceError(StreamingError):
@@ -44,8 +40,9 @@ class MissingTopicsError(StreamingError):
         self.topics = topics
         super().__init__(
             f"job {job} reads {', '.join(topics)}, which the cluster does not have (it creates no topic on first "
-            "use): declare each in a topic file (schemas/topics/*.toml) and run `cdcpipe topics apply`, then "
-            "submit again"
+            "use), or which the job's principal may not DESCRIBE (Kafka answers both alike): declare each in a "
+            "topic file (schemas/topics/*.toml) with the jobs' principal among its `consumers` and run "
+            "`cdcpipe topics apply`, then submit again"
         )
 
 

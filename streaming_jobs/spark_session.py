@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from cdcpipe.errors import ConfigError
+from cdcpipe.kafka_client import SPARK_REDACTION_REGEX
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import SparkJarsMissingError
 
@@ -42,6 +44,10 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         if settings.spark_master.startswith("spark://")
         else {}
     )
+    if cluster and settings.spark_authenticate_secret_file is not None:
+        # The executors get it from their worker, in the environment: never on a command line.
+        cluster["spark.authenticate"] = "true"
+        cluster["spark.authenticate.secret"] = _read_secret(settings.spark_authenticate_secret_file)
     return cluster | {
         "spark.app.name": app_name,
         "spark.master": settings.spark_master,
@@ -70,7 +76,19 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # Kafka allows a header name more than once; building the headers map must not fail the job on it.
         # The last value wins, as Kafka's Headers.lastHeader() reads it (outbox_events takes the last too).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        # The Kafka source's options hold the SASL login (sasl.jaas.config) and maybe a private key: never shown.
+        "spark.redaction.regex": SPARK_REDACTION_REGEX,
     }
+
+
+def _read_secret(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"CDCPIPE_SPARK_AUTHENTICATE_SECRET_FILE={path}: cannot read it ({exc.strerror}); point it at the "
+            "cluster's secret file (the local stack's: `cdcpipe stack env`)"
+        ) from exc
 
 
 def build_spark_session(settings: SparkSettings | None = None, app_name: str = "cdcpipe") -> SparkSession:

@@ -19,15 +19,18 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
 
 from cdcpipe.errors import CdcpipeError
+from cdcpipe.kafka_client import KafkaSettings
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.spark_session import build_spark_session
 
 
-def topic_to_delta(spark: SparkSession, bootstrap: str, topic: str, table: Path) -> int:
+def topic_to_delta(spark: SparkSession, kafka: KafkaSettings, topic: str, table: Path) -> int:
     """Append every committed record of `topic` to the Delta table at `table`; return the table's row count."""
     records = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        .options(**kafka.spark_options())
+        # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
+        .option("groupIdPrefix", "cdcpipe-stack-check")
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         # Aborted transactional records are never read; data lost to retention fails the query.
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        rows = topic_to_delta(spark, settings.kafka_bootstrap, args.topic, args.table.resolve())
+        rows = topic_to_delta(spark, settings.kafka, args.topic, args.table.resolve())
         master = spark.sparkContext.master
     finally:
         spark.stop()

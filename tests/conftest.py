@@ -15,16 +15,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from cdcpipe.kafka_client import KafkaSettings
+from connectors.config import ConnectSettings
 from outbox_relay.config import RelaySettings
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
-from tests.kafka_helpers import create_topics
+from tests.kafka_helpers import create_topics, grant_prefixes
 
 
 def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -57,6 +60,21 @@ class Stack:
 
     env: dict[str, str]
     started_here: bool
+    cluster: str | None = None  # the Spark master's URL when the cluster is up
+
+    @classmethod
+    def of(cls, env: dict[str, str], started_here: bool) -> Stack:
+        """The stack as `env` describes it, with the jobs the tests start in local mode.
+
+        A test that means the cluster submits to `cluster`: side-by-side tests' applications would queue for
+        the one worker's cores.
+        """
+        master = env.get("CDCPIPE_SPARK_MASTER", "")
+        return cls(
+            env={**env, "CDCPIPE_SPARK_MASTER": "local[2]"},
+            started_here=started_here,
+            cluster=master if master.startswith("spark://") else None,
+        )
 
     @property
     def home(self) -> Path:
@@ -71,6 +89,23 @@ class Stack:
         return self.env["CDCPIPE_KAFKA_BOOTSTRAP"]
 
     @property
+    def kcat(self) -> str:
+        """The kcat `make install` puts on a librdkafka that can do SCRAM with Kafka 4."""
+        return str(self.home / "bin" / "kcat")
+
+    def kafka_file(self, user: str = "admin") -> Path:
+        """A Kafka user's client file: `stack env` names the admin's, the components' are beside it."""
+        return Path(self.env["CDCPIPE_KAFKA_CONFIG"]).with_name(f"{user}.properties")
+
+    def kafka(self, user: str = "admin") -> KafkaSettings:
+        """A Kafka user's client settings (the tests' own clients are the operator: admin)."""
+        return KafkaSettings.from_file(self.kafka_file(user))
+
+    def kafka_config(self, **extra: object) -> dict[str, Any]:
+        """The librdkafka configuration of a client of the tests' own, authenticated as the admin."""
+        return self.kafka().client_config(**extra)
+
+    @property
     def connect_url(self) -> str:
         return self.env["CDCPIPE_CONNECT_URL"]
 
@@ -78,9 +113,20 @@ class Stack:
     def lake(self) -> Path:
         return Path(self.env["CDCPIPE_LAKE"])
 
-    @property
-    def spark_master_url(self) -> str | None:
-        return self.env.get("CDCPIPE_SPARK_MASTER_URL")
+    def connect_settings(self) -> ConnectSettings:
+        """The connectors stage's settings for this stack's Connect, with its REST user."""
+        return ConnectSettings.load(
+            connect_url=self.connect_url,
+            pg_dsn=self.pg_dsn,
+            connect_user=self.env["CDCPIPE_CONNECT_USER"],
+            connect_password_file=Path(self.env["CDCPIPE_CONNECT_PASSWORD_FILE"]),
+        )
+
+    def connect_auth(self) -> tuple[str, str]:
+        """(user, password) of Connect's REST API, for a test's own HTTP calls."""
+        auth = self.connect_settings().basic_auth()
+        assert auth is not None
+        return auth
 
     def process_env(self) -> dict[str, str]:
         """The environment for a child process wired to this stack."""
@@ -91,11 +137,15 @@ class Stack:
 def stack() -> Iterator[Stack]:
     given = os.environ.get("CDCPIPE_KAFKA_BOOTSTRAP")
     if given:
-        missing = [v for v in ("CDCPIPE_PG_DSN", "CDCPIPE_CONNECT_URL", "CDCPIPE_HOME") if not os.environ.get(v)]
+        missing = [
+            v
+            for v in ("CDCPIPE_PG_DSN", "CDCPIPE_CONNECT_URL", "CDCPIPE_HOME", "CDCPIPE_KAFKA_CONFIG")
+            if not os.environ.get(v)
+        ]
         if missing:
             pytest.fail(f'CDCPIPE_KAFKA_BOOTSTRAP is set but {missing} are not: eval "$(cdcpipe stack env)" sets all')
         keys = [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]
-        yield Stack(env={k: os.environ[k] for k in keys}, started_here=False)
+        yield Stack.of({k: os.environ[k] for k in keys}, started_here=False)
         return
     up = cdcpipe("stack", "up", "--spark-cluster")
     if up.returncode != 0:
@@ -108,7 +158,7 @@ def stack() -> Iterator[Stack]:
     # libpq (psycopg, psql) in this process finds the password where `stack env` says, like any tool.
     os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     try:
-        yield Stack(env=env, started_here=started_here)
+        yield Stack.of(env, started_here=started_here)
     finally:
         if started_here:
             down = cdcpipe("stack", "down")
@@ -125,7 +175,7 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def topic(stack: Stack, topic_name: str) -> str:
     """A topic of one partition no other test uses, created first (the stack's Kafka creates none on use)."""
-    create_topics(stack.kafka_bootstrap, [topic_name])
+    create_topics(stack.kafka_config(), [topic_name])
     return topic_name
 
 
@@ -153,7 +203,7 @@ class Outbox:
     def relay_settings(self, stack: Stack, **overrides: object) -> RelaySettings:
         values: dict[str, object] = {
             "pg_dsn": self.dsn,
-            "kafka_bootstrap": stack.kafka_bootstrap,
+            "kafka": stack.kafka("relay"),
             "topic_pattern": self.topic_pattern,
             "metrics_port": 0,
             "poll_interval_s": 5.0,
@@ -173,6 +223,8 @@ class Outbox:
                 "CDCPIPE_METRICS_PORT": "0",
                 "CDCPIPE_STANDBY_RETRY_S": "0.5",
                 "CDCPIPE_BACKOFF_MAX_S": "2",
+                # As deployed: the relay authenticates as its own Kafka user, with only its own ACLs.
+                "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("relay")),
             }
         )
         env.update(overrides)
@@ -218,7 +270,10 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, names, settings)
     box = Outbox(names=names, schema_settings=settings, dsn=stack.pg_dsn, tag=tag)
-    create_topics(stack.kafka_bootstrap, [box.topic(kind) for kind in OUTBOX_TOPICS])
+    create_topics(stack.kafka_config(), [box.topic(kind) for kind in OUTBOX_TOPICS])
+    # Debezium's own topics for a connector on this outbox.
+    prefixes = [f"test_{tag}", f"tables_{tag}", f"mirror_{tag}"]  # the topic.prefix of the tests' connectors
+    grant_prefixes(stack.kafka_config(), [p for x in prefixes for p in (f"{x}.", f"__debezium-heartbeat.{x}")])
     yield box
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(names.outbox_schema)))

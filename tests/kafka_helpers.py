@@ -5,9 +5,23 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from schemas import topics as topic_files
+from schemas.topics import PrefixGrant, TopicSpec
 
 
 @dataclass(frozen=True)
@@ -20,14 +34,14 @@ class Record:
     headers: dict[str, bytes]
 
 
-def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: float = 60) -> list[Record]:
+def read_topics(kafka: dict[str, Any], topics: list[str], expected: int, timeout_s: float = 60) -> list[Record]:
     """Every record of `topics` from the beginning, until `expected` distinct events arrived or the time is up.
 
     Distinct by the `id` header where there is one: a copy sent again after a crash does not count twice.
     """
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka,
             "group.id": f"test-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -55,9 +69,45 @@ def read_topics(bootstrap: str, topics: list[str], expected: int, timeout_s: flo
     return records
 
 
-def create_topics(bootstrap: str, topics: list[str], partitions: int = 1, config: dict[str, str] | None = None) -> None:
-    """Create topics as an operator would: the stack's broker creates none on first use."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, partitions, 1, config=config or {}) for t in topics])
-    for future in futures.values():
+# Who may use a test's topics unless the test says otherwise: the stack's component users.
+PRODUCERS = ("User:relay", "User:connect")
+CONSUMERS = ("User:jobs",)
+
+
+def create_topics(
+    kafka: dict[str, Any],
+    topics: list[str],
+    partitions: int = 1,
+    config: dict[str, str] | None = None,
+    *,
+    producers: tuple[str, ...] = PRODUCERS,
+    consumers: tuple[str, ...] = CONSUMERS,
+) -> None:
+    """Create topics and grant their ACLs as an operator would (`topics apply`): the broker creates none on use."""
+    specs = [TopicSpec(t, partitions, 1, config or {}, "test", producers, consumers) for t in topics]
+    topic_files.apply(kafka, specs)
+
+
+def grant_prefixes(kafka: dict[str, Any], prefixes: list[str]) -> None:
+    """Let Connect create and write, and the jobs read, the topics a test's connector names itself."""
+    grants = [PrefixGrant(p, PRODUCERS, CONSUMERS, ("User:connect",), "test") for p in prefixes]
+    topic_files.apply(kafka, [], grants)
+
+
+def grant(kafka: dict[str, Any], topic: str, principal: str, operations: list[AclOperation]) -> None:
+    """Only these operations on one topic, as an operator granting by hand would."""
+    bindings = [
+        AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW)
+        for op in operations
+    ]
+    admin = AdminClient(kafka)  # kept until its futures are done
+    for future in admin.create_acls(bindings).values():
         future.result(30)
+
+
+def set_topic_config(kafka: dict[str, Any], topic: str, key: str, value: str) -> None:
+    """Change one config key of a topic, as an operator would."""
+    entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+    target = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin = AdminClient(kafka)
+    admin.incremental_alter_configs([target])[target].result(30)

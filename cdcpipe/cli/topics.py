@@ -21,9 +21,12 @@ def topics_apply(
 ) -> None:
     """Create the declared topics that are missing; set their declared config keys (partitions never change)."""
     settings = TopicSettings.load()
-    specs = topics.load(settings.topics_dir)
-    for applied in topics.apply({"bootstrap.servers": settings.kafka_bootstrap}, specs, dry_run=dry_run):
+    declared = topics.load(settings.topics_dir)
+    for applied in topics.apply(settings.kafka.client_config(), declared.topics, declared.prefixes, dry_run=dry_run):
         action = (
-            f"would be {applied.action}" if dry_run and applied.action in ("created", "configured") else applied.action
+            f"would be {applied.action}"
+            if dry_run and applied.action in ("created", "configured", "granted")
+            else applied.action
         )
-        typer.echo(f"{applied.name}: {action}" + (f" ({applied.detail})" if applied.detail else ""))
+        details = "; ".join(d for d in (applied.detail, applied.acls) if d)
+        typer.echo(f"{applied.name}: {action}" + (f" ({details})" if details else ""))

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,11 @@ logger.reflections.level = ERROR
 
 
 def properties(values: dict[str, object]) -> str:
-    """A Java .properties file body."""
-    return "".join(f"{key}={value}\n" for key, value in values.items())
+    """A Java .properties file body; a backslash or a line break in a value is escaped as Java reads it."""
+    return "".join(
+        f"{key}={str(value).replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}\n"
+        for key, value in values.items()
+    )
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,9 @@ class Service(ABC):
             raise NotInstalledError(f"{self.name}: no jars in {folder}; run `make install` first")
         return f"{folder}/*"
 
-    def _java(self, heap: str, classpath: str, main: str, *args: str, service: bool = True) -> list[str]:
+    def _java(
+        self, heap: str, classpath: str, main: str, *args: str, service: bool = True, options: Sequence[str] = ()
+    ) -> list[str]:
         """The command that runs `main`; a `service` (not a one-off tool) logs its GC pauses."""
         java = shutil.which(self.settings.java)
         if java is None:
@@ -120,6 +126,7 @@ class Service(ABC):
             "-Djava.awt.headless=true",
             "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",
+            *options,
             "-cp",
             classpath,
             main,

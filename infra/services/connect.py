@@ -7,10 +7,24 @@ from pathlib import Path
 
 import httpx
 
+from cdcpipe.private_files import write_private
+from infra import kafka_security
+from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError, ServiceStartError
 from infra.services.base import PortSpec, Service, properties
 from infra.stack_secrets import secret
 
+BASIC_AUTH_EXTENSION = "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+PROPERTY_FILE_LOGIN = "org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule"
+REST_USER = "admin"
+
+
+def rest_password(settings: StackSettings) -> str:
+    """The REST API user's generated password (state/secrets/connect_rest_password)."""
+    return secret(settings, "connect_rest_password")
+
+
+WORKER_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR")
 DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
 
 
@@ -37,11 +51,21 @@ class Connect(Service):
         plugins = s.lib / "plugins"
         self._jars(plugins / "debezium-connector-postgres")
         self._jars(plugins / "cdcpipe-transforms")
-        self.config_file.write_text(
+        self._write_rest_users()
+        # The worker, and the producers, consumers and admin clients it makes for connectors, authenticate as
+        # `connect` (a connector may not override them: connector.client.config.override.policy below).
+        kafka = kafka_security.client(s, "connect").java_properties()
+        clients = {
+            f"{prefix}{key}": value
+            for prefix in ("", "producer.", "consumer.", "admin.")
+            for key, value in kafka.items()
+        }
+        write_private(
+            self.config_file,
             properties(
                 {
-                    "bootstrap.servers": s.kafka_bootstrap,
-                    "group.id": "cdcpipe-connect",
+                    **clients,
+                    "group.id": kafka_security.CONNECT_GROUP,
                     "listeners": s.connect_url,
                     "rest.advertised.host.name": "127.0.0.1",
                     "rest.advertised.port": s.connect_port,
@@ -49,9 +73,9 @@ class Connect(Service):
                     "key.converter": "org.apache.kafka.connect.storage.StringConverter",
                     "value.converter": "org.apache.kafka.connect.json.JsonConverter",
                     "value.converter.schemas.enable": "false",
-                    "config.storage.topic": "_cdcpipe-connect-configs",
-                    "offset.storage.topic": "_cdcpipe-connect-offsets",
-                    "status.storage.topic": "_cdcpipe-connect-status",
+                    "config.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}configs",
+                    "offset.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}offsets",
+                    "status.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}status",
                     "config.storage.replication.factor": 1,
                     "offset.storage.replication.factor": 1,
                     "status.storage.replication.factor": 1,
@@ -65,10 +89,32 @@ class Connect(Service):
                     "config.providers": "env,file",
                     "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
                     "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
+                    # A connector may read only the variables meant for connectors, and files of the secrets
+                    # folder: never the worker's own client file, key store or anything else on the machine.
+                    "config.providers.env.param.allowlist.pattern": "^CDCPIPE_(PG|DEBEZIUM)_[A-Z_]+$",
+                    "config.providers.file.param.allowed.paths": s.state / "secrets",
                     # A connector definition may not override the worker's client settings (sasl.jaas.config...).
                     "connector.client.config.override.policy": "None",
+                    # The REST API asks every caller for a user and password (HTTP basic authentication).
+                    "rest.extension.classes": BASIC_AUTH_EXTENSION,
                 }
-            )
+            ),
+        )
+
+    @property
+    def jaas_file(self) -> Path:
+        return self.settings.state / "conf" / "connect-rest-jaas.conf"
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.settings.state / "conf" / "connect-rest-users.properties"
+
+    def _write_rest_users(self) -> None:
+        """The REST API's one user, `admin`, with the stack's generated password; both files 0600."""
+        write_private(self.credentials_file, f"{REST_USER}={rest_password(self.settings)}\n")
+        write_private(
+            self.jaas_file,
+            f'KafkaConnect {{\n  {PROPERTY_FILE_LOGIN} required file="{self.credentials_file}";\n}};\n',
         )
 
     def environment(self) -> dict[str, str]:
@@ -77,7 +123,8 @@ class Connect(Service):
         The worker resolves these itself, so no connector definition holds a host or a secret.
         """
         return {
-            **os.environ,
+            # Only what a JVM needs to run: no variable of the shell that started the stack.
+            **{k: v for k, v in os.environ.items() if k in WORKER_ENVIRONMENT},
             "CDCPIPE_PG_HOST": "127.0.0.1",
             "CDCPIPE_PG_PORT": str(self.settings.pg_port),
             "CDCPIPE_PG_DATABASE": self.settings.pg_database,
@@ -90,12 +137,14 @@ class Connect(Service):
             self._jars(self.settings.lib / "connect"),
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.config_file),
+            options=[f"-Djava.security.auth.login.config={self.jaas_file}"],
         )
 
     def check_health(self) -> None:
         try:
-            root = httpx.get(f"{self.settings.connect_url}/", timeout=3)
-            plugins = httpx.get(f"{self.settings.connect_url}/connector-plugins", timeout=5)
+            auth = (REST_USER, rest_password(self.settings))
+            root = httpx.get(f"{self.settings.connect_url}/", timeout=3, auth=auth)
+            plugins = httpx.get(f"{self.settings.connect_url}/connector-plugins", timeout=5, auth=auth)
         except httpx.HTTPError as exc:
             raise ServiceNotReadyError(f"connect: REST API at {self.settings.connect_url} not answering yet") from exc
         if root.status_code != 200 or plugins.status_code != 200:

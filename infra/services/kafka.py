@@ -1,4 +1,4 @@
-"""Kafka: one broker that is its own KRaft controller, topic auto-creation off."""
+"""Kafka: one broker that is its own KRaft controller; TLS + SASL/SCRAM, ACLs, topic auto-creation off."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from cdcpipe.private_files import write_private
+from infra import kafka_security, tls
 from infra.errors import ServiceNotReadyError, ServiceStartError
 from infra.services.base import PortSpec, Service, properties
+
+SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+# Written beside meta.properties once the admin user is in the metadata log.
+SECURED_MARK = "cdcpipe-secured"
 
 
 class Kafka(Service):
@@ -37,17 +44,45 @@ class Kafka(Service):
     def prepare(self) -> None:
         self._write_log4j()
         s = self.settings
-        self.config_file.write_text(
+        tls.ensure(kafka_security.tls_folder(s))
+        kafka_security.write_client_files(s)
+        folder = kafka_security.tls_folder(s)
+        admin = kafka_security.password(s, kafka_security.ADMIN)
+        controller = kafka_security.password(s, "controller")
+        listeners = f"BROKER://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}"
+        write_private(
+            self.config_file,
             properties(
                 {
                     "process.roles": "broker,controller",
                     "node.id": 1,
                     "controller.quorum.bootstrap.servers": f"127.0.0.1:{s.kafka_controller_port}",
-                    "listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
-                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
+                    # As a production cluster: TLS and SASL on every listener, nothing in plain text.
+                    "listeners": listeners,
+                    "advertised.listeners": listeners,
                     "controller.listener.names": "CONTROLLER",
-                    "inter.broker.listener.name": "PLAINTEXT",
-                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name": "BROKER",
+                    "listener.security.protocol.map": "BROKER:SASL_SSL,CONTROLLER:SASL_SSL",
+                    "listener.name.broker.sasl.enabled.mechanisms": kafka_security.MECHANISM,
+                    "sasl.mechanism.inter.broker.protocol": kafka_security.MECHANISM,
+                    "listener.name.broker.scram-sha-512.sasl.jaas.config": (
+                        f'{SCRAM_LOGIN} required username="{kafka_security.ADMIN}" password="{admin}";'
+                    ),
+                    # SCRAM users live in the metadata log the controller serves, so the controller listener
+                    # cannot use SCRAM: it takes PLAIN (over TLS) with one user declared here.
+                    "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+                    "sasl.mechanism.controller.protocol": "PLAIN",
+                    "listener.name.controller.plain.sasl.jaas.config": (
+                        f'{PLAIN_LOGIN} required username="controller" password="{controller}" '
+                        f'user_controller="{controller}";'
+                    ),
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": folder / "broker.pem",
+                    "ssl.truststore.type": "PEM",
+                    "ssl.truststore.location": folder / "ca.pem",
+                    # Whatever no ACL allows is denied (allow.everyone.if.no.acl.found stays false).
+                    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "super.users": f"User:{kafka_security.ADMIN};User:controller",
                     "log.dirs": self.data_dir,
                     "num.partitions": 1,
                     # One broker: every internal topic has one replica.
@@ -63,11 +98,19 @@ class Kafka(Service):
                     "auto.create.topics.enable": "false",
                     "log.retention.hours": 168,
                 }
-            )
+            ),
         )
         if (self.data_dir / "meta.properties").exists():
+            if not (self.data_dir / SECURED_MARK).exists():
+                raise ServiceStartError(
+                    f"kafka: {self.data_dir} was formatted before the stack's Kafka used TLS and SASL, and has no "
+                    "admin user; remove the stack's data (`cdcpipe stack down --purge`) and start it again"
+                )
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # The admin's SCRAM credential is written with the metadata log's first records (the broker itself
+        # authenticates with it). Its password goes in an argument file, 0600, never on a command line.
+        arguments = self.settings.state / "conf" / "kafka-format.args"
         command = self._java(
             "256m",
             self._jars(self.settings.lib / "kafka"),
@@ -78,14 +121,21 @@ class Kafka(Service):
             cluster_id,
             "-c",
             str(self.config_file),
+            "--add-scram",
+            f"{kafka_security.MECHANISM}=[name={kafka_security.ADMIN},password={admin}]",
             "--ignore-formatted",
             service=False,
         )
-        proc = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
+        write_private(arguments, "\n".join(f'"{word}"' for word in command[1:]) + "\n")
+        try:
+            proc = subprocess.run([command[0], f"@{arguments}"], capture_output=True, text=True, check=False)  # noqa: S603
+        finally:
+            arguments.unlink()
         if proc.returncode != 0:
             raise ServiceStartError(
                 f"kafka: formatting the log folder {self.data_dir} failed:\n{proc.stdout}{proc.stderr}"
             )
+        write_private(self.data_dir / SECURED_MARK, "admin user created at format\n")
 
     def command(self) -> list[str]:
         return self._java(
@@ -94,11 +144,9 @@ class Kafka(Service):
 
     def check_health(self) -> None:
         admin = AdminClient(
-            {
-                "bootstrap.servers": self.settings.kafka_bootstrap,
-                "socket.connection.setup.timeout.ms": 2000,
-                "logger": _QUIET,  # type: ignore[dict-item]  # librdkafka accepts a logging.Logger
-            }
+            kafka_security.client(self.settings).client_config(
+                **{"socket.connection.setup.timeout.ms": 2000, "logger": _QUIET}
+            )
         )
         try:
             metadata = admin.list_topics(timeout=3)
@@ -106,6 +154,9 @@ class Kafka(Service):
             raise ServiceNotReadyError(f"kafka: no metadata from {self.settings.kafka_bootstrap} yet ({exc})") from exc
         if not metadata.brokers:
             raise ServiceNotReadyError("kafka: the broker has not registered yet")
+
+    def after_healthy(self) -> None:
+        kafka_security.ensure_users_and_acls(self.settings)
 
 
 # The readiness probe's librdkafka logs every refused connection while the broker starts: not worth showing.

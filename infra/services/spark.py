@@ -8,8 +8,11 @@ from pathlib import Path
 
 import httpx
 
+from cdcpipe.private_files import write_private
+from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError
 from infra.services.base import PortSpec, Service
+from infra.stack_secrets import secret
 
 
 def pyspark_home() -> Path:
@@ -19,6 +22,11 @@ def pyspark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
+def authenticate_secret(settings: StackSettings) -> str:
+    """The cluster's shared secret (spark.authenticate), in state/secrets/spark_authenticate_secret."""
+    return secret(settings, "spark_authenticate_secret")
+
+
 class _SparkDaemon(Service):
     def spark_defaults(self) -> Path:
         return self.settings.state / "conf" / "spark-defaults.conf"
@@ -26,8 +34,12 @@ class _SparkDaemon(Service):
     def prepare(self) -> None:
         path = self.spark_defaults()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
+        # Only an application that knows the stack's secret may register with the master or use the worker;
+        # the file holds the secret, so it is 0600 (the daemons read it; nothing is on a command line).
+        write_private(
+            path,
             "spark.master.rest.enabled false\nspark.ui.reverseProxy false\nspark.worker.cleanup.enabled true\n"
+            f"spark.authenticate true\nspark.authenticate.secret {authenticate_secret(self.settings)}\n",
         )
 
     def environment(self) -> dict[str, str]:

@@ -27,7 +27,7 @@ from streaming_jobs.ranges.positions import Partition
 def identities(settings: SparkSettings, job: str, topics: Iterable[str]) -> dict[str, TopicIdentity]:
     """Each topic's Kafka id and partition count; `MissingTopicsError` for topics the cluster lacks."""
     topics = list(topics)
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(settings.kafka.client_config())
     found: dict[str, TopicIdentity] = {}
     missing: list[str] = []
     for topic, future in admin.describe_topics(TopicCollection(topics), request_timeout=15).items():
@@ -35,7 +35,8 @@ def identities(settings: SparkSettings, job: str, topics: Iterable[str]) -> dict
             described = future.result()
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            # A principal without DESCRIBE on a topic is told it is not authorized, whether it exists or not.
+            if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
                 missing.append(topic)
                 continue
             raise StreamingError(

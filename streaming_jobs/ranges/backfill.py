@@ -86,7 +86,9 @@ def read_chunk(spark: SparkSession, settings: SparkSettings, start: Offsets, end
     span = Range(start, end)
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**settings.kafka.spark_options())
+        # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
+        .option("groupIdPrefix", "cdcpipe-backfill")
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(span.spark_json(start)))
         .option("endingOffsets", json.dumps(span.spark_json(end)))
@@ -189,7 +191,16 @@ def _apply_reduced(
                     break
                 share = max(1, chunk_size // len(pending))
                 tasks = [
-                    Task(settings.kafka_bootstrap, t, p, at[(t, p)], span.end[(t, p)], share, str(scratch), contracts)
+                    Task(
+                        settings.kafka.properties(),
+                        t,
+                        p,
+                        at[(t, p)],
+                        span.end[(t, p)],
+                        share,
+                        str(scratch),
+                        contracts,
+                    )
                     for t, p in pending
                 ]
                 reduced = list(workers.map(lambda task: _run_worker(task, report), tasks))

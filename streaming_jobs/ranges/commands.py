@@ -36,7 +36,7 @@ EARLIEST, LATEST = Position("earliest"), Position("latest")
 
 
 def _span(settings: SparkSettings, spec: JobSpec, start: Position, end: Position) -> Range:
-    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+    with KafkaPositions(settings.kafka) as kafka:
         return resolve_range(kafka, spec.topics, start, end)
 
 
@@ -152,7 +152,7 @@ def rewind(settings: SparkSettings, spec: JobSpec, to: Position) -> tuple[locati
         reached = committed_offsets(now.checkpoint)
         if not reached and now.starting_offsets:
             reached = {(t, int(p)): o for t, parts in now.starting_offsets.items() for p, o in parts.items()}
-        with KafkaPositions(settings.kafka_bootstrap) as kafka:
+        with KafkaPositions(settings.kafka) as kafka:
             every = resolve_range(kafka, spec.topics, EARLIEST, LATEST)
             if to.kind == "offsets":
                 named = resolve_range(kafka, spec.topics, to, to).start
@@ -216,7 +216,7 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
         finally:
             spark.stop()
         if recreated:
-            with KafkaPositions(settings.kafka_bootstrap) as kafka:
+            with KafkaPositions(settings.kafka) as kafka:
                 start = resolve_range(kafka, recreated, EARLIEST, LATEST).start
             rewind(settings, spec, Position("offsets", offsets=start))
     return Accepted(changed, recreated)

@@ -21,6 +21,7 @@ from typing import Literal
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from cdcpipe.kafka_client import KafkaSettings, unreachable_reason
 from streaming_jobs.errors import BelowRetentionError, KafkaUnreachableError, PositionError
 
 Partition = tuple[str, int]
@@ -87,10 +88,10 @@ class KafkaPositions:
     offset is the last stable one, which is where the jobs' `read_committed` Kafka source stops too.
     """
 
-    def __init__(self, bootstrap: str, timeout_s: float = 10) -> None:
+    def __init__(self, kafka: KafkaSettings, timeout_s: float = 10) -> None:
         self.timeout_s = timeout_s
-        self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.bootstrap = kafka.kafka_bootstrap
+        self.admin = AdminClient(kafka.client_config())
 
     def __enter__(self) -> KafkaPositions:
         return self
@@ -103,7 +104,7 @@ class KafkaPositions:
         try:
             metadata = self.admin.list_topics(timeout=self.timeout_s)
         except KafkaException as exc:
-            raise KafkaUnreachableError(self.bootstrap, exc) from exc
+            raise KafkaUnreachableError(self.bootstrap, unreachable_reason(self.admin, exc)) from exc
         found: list[Partition] = []
         for topic in topics:
             meta = metadata.topics.get(topic)
@@ -135,7 +136,7 @@ class KafkaPositions:
             )
             return {(tp.topic, tp.partition): (f.result().offset, f.result().timestamp) for tp, f in futures.items()}
         except KafkaException as exc:
-            raise KafkaUnreachableError(self.bootstrap, exc) from exc
+            raise KafkaUnreachableError(self.bootstrap, unreachable_reason(self.admin, exc)) from exc
 
 
 def _at(position: Position, marks: Watermarks, kafka: KafkaPositions, *, end: bool) -> Offsets:

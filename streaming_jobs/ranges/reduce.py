@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from cdcpipe.kafka_client import report_error
 from streaming_jobs.classify.python_prefilter import SurelyValid
 from streaming_jobs.errors import ReduceError, StreamingError
 
@@ -57,7 +58,7 @@ KAFKA_SCHEMA = pa.schema(
 class Task:
     """One partition's [start, end), read until the end or until `keep` records are kept."""
 
-    bootstrap: str
+    kafka: dict[str, str]  # the client settings under librdkafka's names (sent to the worker as JSON)
     topic: str
     partition: int
     start: int
@@ -89,7 +90,8 @@ def reduce_partition(task: Task) -> Reduced:
     surely = SurelyValid(task.contracts)
     consumer = Consumer(
         {
-            "bootstrap.servers": task.bootstrap,
+            **task.kafka,
+            "error_cb": report_error,
             "group.id": f"cdcpipe-reduce-{uuid.uuid4()}",  # never committed: the offsets are assigned
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -52,7 +52,9 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
         command += ["--master", master]
     if trigger:
         command += ["--trigger", trigger]
-    env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap}
+    # The job reads what this process read, from a settings file or the environment alike (a secret is passed in
+    # the environment, never on the command line).
+    env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), **settings.kafka.environment()}
     settings.lake.mkdir(parents=True, exist_ok=True)
     pid = process.start(command, env=env, cwd=settings.lake)
     # What it was started with, so a rewind or a replay's swap can start it again the same way.
@@ -123,7 +125,7 @@ class JobStatus:
 def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
     reached = committed_offsets(locations.current(spec, settings.lake).checkpoint)
-    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+    with KafkaPositions(settings.kafka) as kafka:
         high = kafka.watermarks(spec.topics, missing_ok=True).high  # a missing topic: `missing_topics` says so
     rows = []
     for (topic, partition), end in sorted(high.items()):

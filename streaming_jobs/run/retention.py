@@ -34,7 +34,7 @@ def gaps(settings: SparkSettings, where: Location) -> list[Gap]:
         reached = {(t, int(p)): o for t, parts in where.starting_offsets.items() for p, o in parts.items()}
     if not reached:
         return []  # a new checkpoint starts at the earliest retained offset: nothing can be skipped
-    with KafkaPositions(settings.kafka_bootstrap) as kafka:
+    with KafkaPositions(settings.kafka) as kafka:
         low = kafka.watermarks(sorted({topic for topic, _ in reached}), missing_ok=True).low
     found = [
         Gap(topic, partition, offset, low[(topic, partition)])

@@ -81,7 +81,9 @@ def run(
 
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**settings.kafka.spark_options())
+        # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
+        .option("groupIdPrefix", f"cdcpipe-job-{spec.name}")
         .option("subscribe", ",".join(spec.topics))
         # Only a checkpoint Spark never wrote uses this: a new job, or a rewind/replay's new checkpoint.
         .option("startingOffsets", json.dumps(where.starting_offsets) if where.starting_offsets else "earliest")

@@ -41,7 +41,7 @@ CASES = [
     (["relay", "status"], "cannot connect to Postgres"),
     (["relay", "redrive", "--dry-run"], "cannot connect to Postgres"),
     (["schema", "apply"], "cannot connect to Postgres"),
-    (["topics", "apply", "--dry-run"], "cannot reach Kafka"),
+    (["topics", "apply", "--dry-run"], "cannot read Kafka's topics"),
     (["stack", "up", "--no-such-option"], "No such option"),
 ]
 

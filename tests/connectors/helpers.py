@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from connectors.client import ConnectClient
-from connectors.config import DEFINITIONS_DIR, ConnectSettings
+from connectors.config import DEFINITIONS_DIR
 from tests.conftest import Outbox, Stack
 from tests.outbox_relay.helpers import wait_until
 
@@ -49,7 +49,7 @@ def write_definition(tmp_path: Path, definition: dict[str, object], file: str = 
 
 
 def connect_client(stack: Stack) -> ConnectClient:
-    return ConnectClient(ConnectSettings.load(connect_url=stack.connect_url, pg_dsn=stack.pg_dsn))
+    return ConnectClient(stack.connect_settings())
 
 
 def wait_state(stack: Stack, name: str, state: str, timeout_s: float = 60) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
@@ -24,7 +23,7 @@ from tests.connectors.helpers import (
     wait_state,
     write_definition,
 )
-from tests.kafka_helpers import Record, read_topics
+from tests.kafka_helpers import Record, create_topics, read_topics
 from tests.outbox_relay.helpers import relay_thread, wait_until
 
 pytestmark = pytest.mark.integration
@@ -47,10 +46,8 @@ def applied(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Path]:
 
 def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: Outbox, applied: Path) -> None:
     """Same topic, key, value and headers, and each key in the same partition (topics of 6 partitions here)."""
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
     topics = [f"test.{outbox.tag}.{p}.{t}" for p in ("debezium", "relay") for t in ("account", "transfer")]
-    for created in admin.create_topics([NewTopic(t, 6, 1) for t in topics]).values():
-        created.result(30)
+    create_topics(stack.kafka_config(), topics, partitions=6)
     # A second outbox with the same rows, for our relay; Debezium reads the first.
     twin = OutboxNames.load(outbox_schema=f"{outbox.names.outbox_schema}_twin")
     with psycopg.connect(stack.pg_dsn) as conn:
@@ -87,11 +84,11 @@ def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: 
                 [(i,) for i in ids],
             )
         debezium_topics = [f"test.{outbox.tag}.debezium.{t}" for t in ("account", "transfer")]
-        via_debezium = read_topics(stack.kafka_bootstrap, debezium_topics, len(events), timeout_s=60)
+        via_debezium = read_topics(stack.kafka_config(), debezium_topics, len(events), timeout_s=60)
         relay_settings = outbox.relay_settings(stack, topic_pattern=f"test.{outbox.tag}.relay.{{aggregatetype}}")
         with relay_thread(relay_settings, Outbox(twin, outbox.schema_settings, outbox.dsn, outbox.tag)):
             via_relay = read_topics(
-                stack.kafka_bootstrap,
+                stack.kafka_config(),
                 [f"test.{outbox.tag}.relay.{t}" for t in ("account", "transfer")],
                 len(events),
                 timeout_s=60,
@@ -153,7 +150,7 @@ def test_apply_update_pause_resume_stop_restart_offsets_delete(stack: Stack, out
     wait_state(stack, name, "RUNNING")
 
     outbox.insert([("account", "acc-9", "AccountOpened", {"account_id": "acc-9"})])
-    read_topics(stack.kafka_bootstrap, [f"test.{outbox.tag}.debezium.account"], 1, timeout_s=60)
+    read_topics(stack.kafka_config(), [f"test.{outbox.tag}.debezium.account"], 1, timeout_s=60)
     with connect_client(stack) as client:
         wait_until(lambda: client.offsets(name).get("offsets"), 30, "Connect to commit a source offset")
     shown = cdcpipe("connectors", "offsets", name, env=env)
@@ -283,7 +280,7 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
             conn.execute(sql.SQL("INSERT INTO public.{} VALUES ('b', 20)").format(sql.Identifier(table)))
             conn.execute(sql.SQL("UPDATE public.{} SET balance = 11 WHERE id = 'a'").format(sql.Identifier(table)))
             conn.execute(sql.SQL("DELETE FROM public.{} WHERE id = 'b'").format(sql.Identifier(table)))
-        records = read_topics(stack.kafka_bootstrap, [f"tables_{outbox.tag}.public.{table}"], 5, timeout_s=90)
+        records = read_topics(stack.kafka_config(), [f"tables_{outbox.tag}.public.{table}"], 5, timeout_s=90)
     finally:
         cdcpipe("connectors", "delete", name, "--drop-slot", "--drop-publication", "--yes", env=stack.process_env())
         with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:

@@ -27,8 +27,8 @@ def test_an_event_too_large_for_its_topic_is_dead_lettered_and_the_connector_run
     stack: Stack, outbox: Outbox, tmp_path: Path
 ) -> None:
     topic, dead = f"test.{outbox.tag}.debezium.account", f"test.{outbox.tag}.dead_letters"
-    create_topics(stack.kafka_bootstrap, [topic], config={"max.message.bytes": str(TOPIC_LIMIT)})
-    create_topics(stack.kafka_bootstrap, [dead])
+    create_topics(stack.kafka_config(), [topic], config={"max.message.bytes": str(TOPIC_LIMIT)})
+    create_topics(stack.kafka_config(), [dead])
     definition = outbox_connector(
         outbox, **{"transforms.oversized.topic": dead, "transforms.oversized.max.bytes": str(GUARD)}
     )
@@ -49,8 +49,8 @@ def test_an_event_too_large_for_its_topic_is_dead_lettered_and_the_connector_run
             row = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
             assert row is not None
             written = row[0]
-        published = read_topics(stack.kafka_bootstrap, [topic], 2, timeout_s=90)
-        (letter,) = read_topics(stack.kafka_bootstrap, [dead], 1, timeout_s=30)
+        published = read_topics(stack.kafka_config(), [topic], 2, timeout_s=90)
+        (letter,) = read_topics(stack.kafka_config(), [dead], 1, timeout_s=30)
         with connect_client(stack) as client:
             status = client.status(name)
         assert [t["state"] for t in status["tasks"]] == ["RUNNING"], status

@@ -23,7 +23,7 @@ EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
 
 
 def produce(stack: Stack, topic: str, records: list[tuple[str, str]]) -> None:
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all", "enable.idempotence": True})
+    producer = Producer({**stack.kafka_config(), "acks": "all", "enable.idempotence": True})
     for key, value in records:
         producer.produce(topic, key=key, value=value)
     assert producer.flush(30) == 0
@@ -32,7 +32,7 @@ def produce(stack: Stack, topic: str, records: list[tuple[str, str]]) -> None:
 def consume_all(stack: Stack, topic: str, expected: int, timeout_s: float = 30) -> list[tuple[str, str]]:
     consumer = Consumer(
         {
-            "bootstrap.servers": stack.kafka_bootstrap,
+            **stack.kafka_config(),
             "group.id": f"test-{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -61,7 +61,7 @@ def test_kcat_an_independent_client_reads_the_same_records(stack: Stack, topic: 
     records = [(f"key-{i}", f"value-{i}") for i in range(20)]
     produce(stack, topic, records)
     out = subprocess.run(
-        ["kcat", "-b", stack.kafka_bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%k=%s\\n"],
+        [stack.kcat, "-F", str(stack.kafka_file()), "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-f", "%k=%s\\n"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -78,7 +78,12 @@ def test_postgres_has_logical_wal_and_listens_on_loopback(stack: Stack) -> None:
 
 
 def test_connect_has_the_debezium_connector_and_its_outbox_router(stack: Stack) -> None:
-    plugins = httpx.get(f"{stack.connect_url}/connector-plugins", params={"connectorsOnly": "false"}, timeout=10)
+    plugins = httpx.get(
+        f"{stack.connect_url}/connector-plugins",
+        params={"connectorsOnly": "false"},
+        timeout=10,
+        auth=stack.connect_auth(),
+    )
     plugins.raise_for_status()
     classes = {p["class"]: p["type"] for p in plugins.json()}
     assert classes.get(DEBEZIUM_POSTGRES) == "source"
@@ -99,7 +104,10 @@ def test_connect_has_the_debezium_connector_and_its_outbox_router(stack: Stack) 
             "transforms.outbox.type": transform_class,
         }
         response = httpx.put(
-            f"{stack.connect_url}/connector-plugins/{DEBEZIUM_POSTGRES}/config/validate", json=config, timeout=60
+            f"{stack.connect_url}/connector-plugins/{DEBEZIUM_POSTGRES}/config/validate",
+            json=config,
+            timeout=60,
+            auth=stack.connect_auth(),
         )
         response.raise_for_status()
         return {

@@ -42,7 +42,7 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"], autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS lifecycle_marker (note text)")
         conn.execute("INSERT INTO lifecycle_marker VALUES (%s)", (topic,))
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     producer.produce(topic, key="k", value="survives a restart")
     assert producer.flush(30) == 0
     pids = [r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=env).stdout)]
@@ -61,9 +61,7 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
         notes = [row[0] for row in conn.execute("SELECT note FROM lifecycle_marker")]
     assert topic in notes
-    consumer = Consumer(
-        {"bootstrap.servers": stack.kafka_bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
+    consumer = Consumer({**stack.kafka_config(), "group.id": topic, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     message = consumer.poll(60)
     consumer.close()

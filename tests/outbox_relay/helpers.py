@@ -19,7 +19,7 @@ from psycopg import sql
 
 from outbox_relay.config import RelaySettings
 from outbox_relay.relay import Relay
-from tests.conftest import Outbox, Stack
+from tests.conftest import Outbox, Stack, cdcpipe
 from tests.kafka_helpers import Record
 
 
@@ -95,3 +95,29 @@ def dead_rows_held_back_after_a_flood(conn: psycopg.Connection[Any], outbox: Out
         time.sleep(0.2)
     conn.remove_notice_handler(count)
     return held_back
+
+
+def relay_status(stack: Stack, outbox: Outbox) -> str:
+    """What `cdcpipe relay status` prints for this outbox."""
+    result = cdcpipe("relay", "status", env=outbox.relay_env(stack), timeout=120)
+    return result.stdout + result.stderr
+
+
+def dead_letter_reasons(outbox: Outbox) -> dict[str, str]:
+    """Event id -> reason of every dead letter, in seq order."""
+    with psycopg.connect(outbox.dsn) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT id::text, reason FROM {} ORDER BY seq").format(
+                sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
+            )
+        ).fetchall()
+    return {str(i): str(r) for i, r in rows}
+
+
+def wait_stalled(relay: Relay, topic: str) -> None:
+    """Until the relay reports publishing stalled on `topic` in its metric."""
+    wait_until(
+        lambda: relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": topic}) == 1,
+        60,
+        f"the relay to report the stall on {topic} in its metric",
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
@@ -28,12 +28,15 @@ from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
 from schemas.emit import emit
 from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
-from tests.kafka_helpers import read_topics
+from tests.kafka_helpers import create_topics, grant, read_topics, set_topic_config
 from tests.outbox_relay.helpers import (
     by_key,
+    dead_letter_reasons,
     dead_rows_held_back_after_a_flood,
     relay_process,
+    relay_status,
     relay_thread,
+    wait_stalled,
     wait_until,
 )
 
@@ -62,9 +65,9 @@ def test_wire_format_is_debeziums_eventrouter_and_kcat_reads_it(stack: Stack, ou
     for aggregate_type in ("account", "transfer"):
         out = subprocess.run(
             [
-                "kcat",
-                "-b",
-                stack.kafka_bootstrap,
+                stack.kcat,
+                "-F",  # the client file `stack env` exports, as any librdkafka tool reads it
+                str(stack.kafka_file()),
                 "-C",
                 "-t",
                 outbox.topic(aggregate_type),
@@ -145,10 +148,10 @@ def test_a_late_commit_is_published_and_each_aggregate_keeps_commit_order(stack:
             w.start()
         for w in workers:
             w.join()
-        published_before_late = read_topics(stack.kafka_bootstrap, [outbox.topic("account")], 1600, timeout_s=60)
+        published_before_late = read_topics(stack.kafka_config(), [outbox.topic("account")], 1600, timeout_s=60)
         assert len(published_before_late) >= 1600, "the relay must not wait for the open transaction"
         slow.commit()
-        records = read_topics(stack.kafka_bootstrap, [outbox.topic("account")], 1601, timeout_s=60)
+        records = read_topics(stack.kafka_config(), [outbox.topic("account")], 1601, timeout_s=60)
 
     ids = {r.headers["id"] for r in records}
     assert str(late_id).encode() in ids, "the transaction that committed late was skipped"
@@ -200,7 +203,7 @@ def test_behind_overlapping_batches_take_a_late_commit_in_order(stack: Stack, ou
             small = registry.get_sample_value("cdcpipe_relay_batch_size_bucket", {"le": "50.0"}) or 0.0
     assert still_queued > 0, "the late commit should land while the backlog drains; make the backlog larger"
     assert batches - small >= total // 100 // 2, "the backlog should have been taken in full, overlapping batches"
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], total + 2, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], total + 2, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == {*ids, late_id, after_late_id}
     expected: dict[bytes, list[bytes]] = defaultdict(list)
     for i, event_id in enumerate(ids):
@@ -249,7 +252,7 @@ def test_sigkill_mid_stream_loses_nothing(stack: Stack, outbox: Outbox, tmp_path
     finally:
         process.terminate()
         process.wait(30)
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], total, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], total, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
     # One writer, so insert order is commit order; per key, the first copies keep it.
     expected: dict[bytes, list[bytes]] = defaultdict(list)
@@ -290,16 +293,15 @@ def test_a_standby_takes_over_within_seconds_when_the_leader_dies(stack: Stack, 
         for p in (first, second):
             p.terminate()
             p.wait(30)
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1000, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], 1000, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
     assert "standby for" in (tmp_path / "second.log").read_text()
     sys.stderr.write(f"standby took over {takeover_s:.1f}s after the leader was killed\n")
 
 
 def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows(stack: Stack, outbox: Outbox) -> None:
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
     small_topic = outbox.topic("limited")
-    admin.create_topics([NewTopic(small_topic, 1, 1, config={"max.message.bytes": "20000"})])[small_topic].result(30)
+    create_topics(stack.kafka_config(), [small_topic], config={"max.message.bytes": "20000"})
     ids = outbox.insert(
         [
             ("limited", "k", "Note", {"text": "small before"}),
@@ -314,7 +316,7 @@ def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows
         wait_until(lambda: outbox.count() == 0, 30, "the relay to take every row")
         too_large = relay.metrics.registry.get_sample_value("cdcpipe_relay_dead_letters_total", {"reason": "too_large"})
         assert too_large == 1
-    records = read_topics(stack.kafka_bootstrap, [small_topic], 2, timeout_s=30)
+    records = read_topics(stack.kafka_config(), [small_topic], 2, timeout_s=30)
     assert [json.loads(r.value or b"")["text"] for r in records] == ["small before", "small after"]
     with psycopg.connect(outbox.dsn) as conn:
         dead: dict[str, str] = dict(
@@ -331,6 +333,37 @@ def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows
     assert "does not allow" in dead[ids[4]]
 
 
+def test_only_the_record_above_the_topics_limit_is_buried_even_when_kafka_refuses_its_whole_request(
+    stack: Stack, outbox: Outbox
+) -> None:
+    """Kafka refuses a whole produce request for one record too large in it, the innocent records too.
+
+    The relay buries a record only once it can tell it is the one above the limit: without the right to read
+    the limit it stalls, naming the ACL; a refusal after the limit was lowered makes it read the limit again.
+    """
+    topic = outbox.topic("limited")
+    create_topics(stack.kafka_config(), [topic], config={"max.message.bytes": "20000"}, producers=())
+    grant(stack.kafka_config(), topic, "User:relay", [AclOperation.WRITE, AclOperation.DESCRIBE])
+    first = outbox.insert([("limited", "k", "Note", {"text": t}) for t in ("small", "x" * 50_000, "small")])
+    with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox) as relay:
+        wait_stalled(relay, topic)
+        assert "grant it DESCRIBE_CONFIGS on topic" in relay_status(stack, outbox)
+        assert (outbox.count(), dead_letter_reasons(outbox)) == (3, {})
+        grant(stack.kafka_config(), topic, "User:relay", [AclOperation.DESCRIBE_CONFIGS])
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish once it may read the limit")
+        assert list(dead_letter_reasons(outbox)) == [first[1]]
+
+        # The limit goes down while the relay remembers the old one: Kafka refuses the request it sends.
+        set_topic_config(stack.kafka_config(), topic, "max.message.bytes", "10000")
+        second = outbox.insert([("limited", "k", "Note", {"text": t}) for t in ("small", "x" * 15_000, "small")])
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish after reading the limit again")
+    reasons = dead_letter_reasons(outbox)
+    assert list(reasons) == [first[1], second[1]]
+    assert "exceeds the 10000 bytes topic" in reasons[second[1]]
+    records = read_topics(stack.kafka_config(), [topic], 4, timeout_s=30)
+    assert [r.headers["id"].decode() for r in records] == [first[0], first[2], second[0], second[2]]
+
+
 def test_sigterm_finishes_in_flight_work_and_exits_zero(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
     process = relay_process(stack, outbox, tmp_path / "relay.log", CDCPIPE_BATCH_SIZE="1000")
     ids = outbox.insert([("order", f"o-{i % 10}", "OrderPlaced", {"n": i}) for i in range(5000)])
@@ -338,7 +371,7 @@ def test_sigterm_finishes_in_flight_work_and_exits_zero(stack: Stack, outbox: Ou
     process.send_signal(signal.SIGTERM)
     assert process.wait(30) == 0, (tmp_path / "relay.log").read_text()
     left = outbox.count()
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 5000 - left, timeout_s=30)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], 5000 - left, timeout_s=30)
     published = {r.headers["id"].decode() for r in records}
     # What left the outbox is in Kafka, what is not in Kafka is still in the outbox: nothing in between.
     assert len(published) == 5000 - left
@@ -361,7 +394,7 @@ def test_a_commit_wakes_the_relay_at_once_and_an_idle_relay_uses_no_cpu(
         # The row leaves the outbox once Kafka acknowledged it: that moment is the relay's, not a consumer's.
         wait_until(lambda: outbox.count() == 0, 30, "the relay to publish the row")
         delivered_s = time.monotonic() - started
-        records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1, timeout_s=30)
+        records = read_topics(stack.kafka_config(), [outbox.topic("order")], 1, timeout_s=30)
     finally:
         process.terminate()
         process.wait(30)
@@ -467,7 +500,7 @@ def test_a_relay_on_an_outbox_of_an_older_schema_apply_says_to_run_it_again(stac
     ids = outbox.insert([("order", "o-1", "OrderPlaced", {"n": 1})])
     with relay_thread(outbox.relay_settings(stack), outbox):
         wait_until(lambda: outbox.count() == 0, 30, "the relay to publish once the schema is applied again")
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 1, timeout_s=30)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], 1, timeout_s=30)
     assert [r.headers["id"].decode() for r in records] == ids
 
 

@@ -60,7 +60,7 @@ def test_kafka_outage_the_relay_retries_and_resumes(stack: Stack, outbox: Outbox
     finally:
         process.terminate()
         process.wait(30)
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 200, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], 200, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
     expected: dict[bytes, list[bytes]] = defaultdict(list)  # one writer: insert order is commit order
     for i, event_id in enumerate(ids):
@@ -83,7 +83,7 @@ def test_postgres_restart_the_relay_reconnects(stack: Stack, outbox: Outbox, tmp
     finally:
         process.terminate()
         process.wait(30)
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], 100, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], 100, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
 
 
@@ -107,7 +107,7 @@ def test_a_postgres_crash_mid_stream_loses_nothing(stack: Stack, outbox: Outbox,
     finally:
         process.terminate()
         process.wait(30)
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], len(ids), timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], len(ids), timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
     expected: dict[bytes, list[bytes]] = defaultdict(list)
     for i, event_id in enumerate(ids):

@@ -19,7 +19,7 @@ from psycopg import sql
 from outbox_relay.relay import Relay
 from tests.conftest import Outbox, Stack, cdcpipe
 from tests.kafka_helpers import create_topics, read_topics
-from tests.outbox_relay.helpers import by_key, relay_thread, wait_until
+from tests.outbox_relay.helpers import by_key, relay_thread, wait_stalled, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +48,7 @@ def test_a_missing_topic_stalls_publishing_loudly_and_nothing_is_dead_lettered(s
     ids = outbox.insert(rows)
     invoice_topic = outbox.topic("invoice")  # nobody created it
     with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox) as relay:
-        wait_until(
-            lambda: relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": invoice_topic}) == 1,
-            60,
-            "the relay to report the stall in its metric",
-        )
+        wait_stalled(relay, invoice_topic)
         status = relay_cli(stack, outbox, "status")
         assert status.returncode == 1, status.stdout + status.stderr
         assert "STALLED since" in status.stdout
@@ -61,16 +57,37 @@ def test_a_missing_topic_stalls_publishing_loudly_and_nothing_is_dead_lettered(s
         # The batch waits whole: the event before the invoice too, so nothing is sent twice or out of order.
         assert outbox.count() == len(ids)
         assert dead_letters(outbox) == []
-        create_topics(stack.kafka_bootstrap, [invoice_topic])
+        create_topics(stack.kafka_config(), [invoice_topic])
         wait_until(lambda: outbox.count() == 0, 60, "the relay to publish once the topic exists")
         assert relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": invoice_topic}) is None
     assert dead_letters(outbox) == []
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order"), invoice_topic], len(ids), timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order"), invoice_topic], len(ids), timeout_s=60)
     assert by_key(records)[b"o-1"] == [ids[0].encode(), *(i.encode() for i in ids[2:])]
     assert by_key(records)[b"i-1"] == [ids[1].encode()]
     status = relay_cli(stack, outbox, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "STALLED" not in status.stdout
+
+
+def test_a_topic_the_relay_may_not_write_stalls_naming_the_acl_until_it_is_granted(
+    stack: Stack, outbox: Outbox
+) -> None:
+    ids = outbox.insert([("invoice", f"i-{n}", "InvoiceSent", {"n": n}) for n in range(3)])
+    invoice_topic = outbox.topic("invoice")
+    create_topics(stack.kafka_config(), [invoice_topic], producers=("User:connect",))  # not the relay
+    with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox) as relay:
+        wait_stalled(relay, invoice_topic)
+        status = relay_cli(stack, outbox, "status")
+        assert status.returncode == 1, status.stdout + status.stderr
+        assert "TOPIC_AUTHORIZATION_FAILED" in status.stdout
+        assert f"grant it WRITE and DESCRIBE on topic {invoice_topic}" in status.stdout
+        assert outbox.count() == len(ids)
+        assert dead_letters(outbox) == []
+        create_topics(stack.kafka_config(), [invoice_topic])  # `topics apply` with the relay among producers
+        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish once it may")
+    assert dead_letters(outbox) == []
+    records = read_topics(stack.kafka_config(), [invoice_topic], len(ids), timeout_s=60)
+    assert sorted(r.headers["id"].decode() for r in records) == sorted(ids)
 
 
 class _FailsOnce:
@@ -110,7 +127,7 @@ def test_a_fatal_producer_error_replaces_the_producer_and_buries_nothing(
     assert made
     assert made[0].raised
     assert dead_letters(outbox) == []
-    records = read_topics(stack.kafka_bootstrap, [outbox.topic("order")], len(ids), timeout_s=60)
+    records = read_topics(stack.kafka_config(), [outbox.topic("order")], len(ids), timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
 
 
@@ -118,7 +135,7 @@ def test_redrive_puts_dead_letters_back_under_their_seq_and_keeps_aggregate_orde
     stack: Stack, outbox: Outbox, tmp_path: Path
 ) -> None:
     small = outbox.topic("limited")
-    create_topics(stack.kafka_bootstrap, [small], config={"max.message.bytes": "20000"})
+    create_topics(stack.kafka_config(), [small], config={"max.message.bytes": "20000"})
     big = "x" * 50_000
     ids = outbox.insert(
         [
@@ -136,7 +153,7 @@ def test_redrive_puts_dead_letters_back_under_their_seq_and_keeps_aggregate_orde
     assert "dead letters: 2 (1 overtaken" in status.stdout, status.stdout + status.stderr
 
     # The cause is fixed: the topic takes large records now.
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     target = ConfigResource(
         ResourceType.TOPIC,
         small,
@@ -168,7 +185,7 @@ def test_redrive_puts_dead_letters_back_under_their_seq_and_keeps_aggregate_orde
     with relay_thread(settings, outbox):
         wait_until(lambda: outbox.count() == 0, 60, "the relay to publish the redriven events")
     assert dead_letters(outbox) == []
-    records = read_topics(stack.kafka_bootstrap, [small], 5, timeout_s=60)
+    records = read_topics(stack.kafka_config(), [small], 5, timeout_s=60)
     keyed = by_key(records)
     assert keyed[b"k-2"] == [ids[2].encode(), later_k2[0].encode()]
     # Redriven with --allow-reorder: after the later event of k-1, as the redrive said it would be.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -11,6 +13,7 @@ from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
 from schemas.errors import ContractViolationError, SchemaError
+from schemas.outbox import scram_verifier
 from tests.conftest import TEST_RELAY_PASSWORD, TEST_WRITER_PASSWORD, Outbox, Stack, cdcpipe, role_dsn
 
 pytestmark = pytest.mark.integration
@@ -158,6 +161,26 @@ def test_roles_have_least_privilege(outbox: Outbox) -> None:
         conn.execute(sql.SQL("DELETE FROM {}").format(table))
         conn.commit()
     assert outbox.count() == 0
+
+
+def test_role_passwords_reach_postgres_only_as_scram_verifiers(stack: Stack, outbox: Outbox) -> None:
+    role = f"verifier_{outbox.tag}"
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        stored = conn.execute(
+            "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (outbox.schema_settings.writer_role,)
+        ).fetchone()
+        # What Postgres makes of a password it hashes itself, and ours with the salt it chose: the same.
+        conn.execute(sql.SQL("CREATE ROLE {} PASSWORD 'pw'").format(sql.Identifier(role)))
+        try:
+            row = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (role,)).fetchone()
+        finally:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert stored is not None
+    assert str(stored[0]).startswith("SCRAM-SHA-256$4096:")
+    assert row is not None
+    postgres = str(row[0])
+    salt = base64.b64decode(postgres.split(":", 1)[1].split("$", 1)[0])
+    assert scram_verifier("pw", salt=salt) == postgres
 
 
 def test_one_aggregate_waits_for_the_other_writer_so_seq_is_commit_order(outbox: Outbox) -> None:

@@ -21,7 +21,7 @@ def test_the_shipped_files_declare_every_topic_the_shipped_jobs_read() -> None:
     from streaming_jobs.config import SparkSettings
     from streaming_jobs.jobs.spec import load_all
 
-    declared = {spec.name for spec in topics.load(TOPICS_DIR)}
+    declared = {spec.name for spec in topics.load(TOPICS_DIR).topics}
     read = {t for spec in load_all(list(SparkSettings.load().jobs_dirs)).values() for t in spec.topics}
     assert read <= declared, f"jobs read topics no file declares: {sorted(read - declared)}"
 
@@ -34,7 +34,7 @@ def test_defaults_apply_and_an_entry_overrides_them(tmp_path: Path) -> None:
         '[[topic]]\nname = "a.one"\n'
         '[[topic]]\nname = "a.two"\npartitions = 2\nconfig = { "cleanup.policy" = "compact" }\n',
     )
-    one, two = topics.load(tmp_path)
+    one, two = topics.load(tmp_path).topics
     assert (one.name, one.partitions, one.replication_factor, one.config) == ("a.one", 6, -1, {"retention.ms": "1000"})
     assert (two.partitions, two.config) == (2, {"retention.ms": "1000", "cleanup.policy": "compact"})
 

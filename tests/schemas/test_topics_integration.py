@@ -17,11 +17,11 @@ pytestmark = pytest.mark.integration
 def test_the_broker_creates_no_topic_on_first_produce(stack: Stack) -> None:
     topic = f"test.never-created.{uuid.uuid4().hex[:8]}"
     errors: list[str] = []
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "message.timeout.ms": 5000})
+    producer = Producer({**stack.kafka_config(), "message.timeout.ms": 5000})
     producer.produce(topic, b"x", on_delivery=lambda err, _msg: errors.append(err.name() if err else "ok"))
     producer.flush(15)
     assert errors in (["_UNKNOWN_TOPIC"], ["UNKNOWN_TOPIC_OR_PART"], ["_MSG_TIMED_OUT"]), errors
-    assert topic not in AdminClient({"bootstrap.servers": stack.kafka_bootstrap}).list_topics(timeout=10).topics
+    assert topic not in AdminClient(stack.kafka_config()).list_topics(timeout=10).topics
 
 
 def test_apply_creates_configures_and_never_repartitions(stack: Stack, tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_apply_creates_configures_and_never_repartitions(stack: Stack, tmp_path:
     dry = cdcpipe("topics", "apply", "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     assert f"{name}: would be created" in dry.stdout
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     assert name not in admin.list_topics(timeout=10).topics
 
     first = cdcpipe("topics", "apply", env=env)

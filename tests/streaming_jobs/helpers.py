@@ -31,7 +31,7 @@ class Job:
         env = {
             **self.stack.process_env(),
             "CDCPIPE_LAKE": str(self.lake),
-            "CDCPIPE_SPARK_MASTER": "local[2]",
+            "CDCPIPE_KAFKA_CONFIG": str(self.stack.kafka_file("jobs")),  # the jobs' own user and ACLs
             **self.env,
         }
         proc = subprocess.run(
@@ -86,7 +86,7 @@ Event = tuple[str | None, str, str | None, dict[str, str] | None]
 
 def send(stack: Stack, topic: str, events: list[Event]) -> list[str]:
     """(key, event type, payload text, extra headers) in the outbox wire format; returns the event ids."""
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     ids = []
     for key, event_type, value, headers in events:
         event_id = str(uuid.uuid4())
@@ -122,7 +122,7 @@ def change(op: str, before: dict[str, object] | None, after: dict[str, object] |
 
 
 def send_changes(stack: Stack, topic: str, changes: list[tuple[str, str | None]]) -> None:
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     for key, value in changes:
         producer.produce(topic, key=json.dumps({"id": key}), value=value)
     assert producer.flush(30) == 0
@@ -143,7 +143,7 @@ def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object
         **stack.process_env(),
         "CDCPIPE_JOBS_DIRS": str(folder),
         "CDCPIPE_LAKE": str(tmp_path / "lake"),
-        "CDCPIPE_SPARK_MASTER": "local[2]",
+        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),  # the jobs' own user and ACLs
     }
     return name, env
 

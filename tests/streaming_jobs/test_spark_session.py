@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,29 @@ def test_triggers_become_spark_intervals(trigger: str, spark: str) -> None:
 
 def test_a_job_on_a_standalone_cluster_takes_only_its_share_of_cores(tmp_path: Path) -> None:
     folder = jars_folder(tmp_path, JAR_NAMES)
-    local = session_conf(SparkSettings.load(spark_jars_dir=folder), "t")
+    local = session_conf(SparkSettings.load(spark_jars_dir=folder, spark_master="local[2]"), "t")
     assert "spark.cores.max" not in local
     cluster = session_conf(SparkSettings.load(spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077"), "t")
     assert cluster["spark.cores.max"] == "1"
     assert cluster["spark.executor.cores"] == "1"
+
+
+def test_a_job_on_a_cluster_with_a_secret_authenticates_and_the_secret_is_redacted(tmp_path: Path) -> None:
+    folder = jars_folder(tmp_path, JAR_NAMES)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    cluster = session_conf(
+        SparkSettings.load(
+            spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077", spark_authenticate_secret_file=secret
+        ),
+        "t",
+    )
+    assert (cluster["spark.authenticate"], cluster["spark.authenticate.secret"]) == ("true", "s3cret")
+    assert re.search(cluster["spark.redaction.regex"], "spark.authenticate.secret")
+    # Spark redacts an option whose key or value matches: the JAAS login's value names its password.
+    assert re.search(cluster["spark.redaction.regex"], 'ScramLoginModule required username="u" password="p";')
+    assert re.search(cluster["spark.redaction.regex"], "kafka.ssl.keystore.key")
+    local = session_conf(
+        SparkSettings.load(spark_jars_dir=folder, spark_master="local[2]", spark_authenticate_secret_file=secret), "t"
+    )
+    assert "spark.authenticate" not in local

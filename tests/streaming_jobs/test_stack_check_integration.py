@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 def send(stack: Stack, topic: str, count: int) -> list[str]:
     values = [json.dumps({"n": i, "topic": topic}) for i in range(count)]
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     for i, value in enumerate(values):
         producer.produce(topic, key=f"k{i % 7}", value=value)
     assert producer.flush(30) == 0
@@ -74,12 +74,12 @@ def test_local_session_reads_kafka_and_writes_delta(stack: Stack, topic: str, tm
 
 
 def test_a_job_submitted_to_the_standalone_master_runs_there(stack: Stack, topic: str, tmp_path: Path) -> None:
-    if not stack.spark_master_url:
+    if not stack.cluster:
         pytest.skip("no Spark standalone master in this stack (start it with `cdcpipe stack up --spark-cluster`)")
     values = send(stack, topic, 150)
     table = tmp_path / "events"
-    result = run_check(stack, topic, table, stack.spark_master_url)
-    assert result["master"] == stack.spark_master_url
+    result = run_check(stack, topic, table, stack.cluster)
+    assert result["master"] == stack.cluster
     assert sorted(r["value"] for r in read_back(table)) == sorted(values)  # type: ignore[type-var]
     # The master saw the application run to completion, with executors on its worker.
     ui_port = stack.env.get("CDCPIPE_SPARK_MASTER_UI_PORT", "8080")

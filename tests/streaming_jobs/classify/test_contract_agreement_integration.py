@@ -40,7 +40,7 @@ CONTRACTS = [c for c in default_registry() if c.path.parent.name == "contracts"]
 def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     settings = SparkSettings.load(
         spark_master="local[1]",
-        kafka_bootstrap=stack.kafka_bootstrap,
+        kafka=stack.kafka(),
         lake=tmp_path_factory.mktemp("lake"),
         spark_jars_dir=stack.home / "lib" / "spark",
     )

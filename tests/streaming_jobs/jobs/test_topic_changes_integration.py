@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def publish(stack: Stack, topic: str, keys: list[str], partition: int | None = None) -> None:
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     for key in keys:
         headers: list[tuple[str, str | bytes | None]] = [
             ("id", str(uuid.uuid4())),
@@ -36,7 +36,7 @@ def publish(stack: Stack, topic: str, keys: list[str], partition: int | None = N
 
 
 def recreate(stack: Stack, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     admin.delete_topics([topic])[topic].result(30)
     deadline = time.monotonic() + 60
     while True:
@@ -83,7 +83,7 @@ def test_partitions_added_to_a_topic_are_refused_until_accepted(stack: Stack, to
     job = make_job(stack, tmp_path, "event_log", [topic])
     publish(stack, topic, ["a", "b"])
     job.run()
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
     wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 3, 30, "3 partitions")
     publish(stack, topic, ["c"], partition=2)

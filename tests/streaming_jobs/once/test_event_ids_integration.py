@@ -39,7 +39,7 @@ pytestmark = [
 def spark(stack: Stack, tmp_path: Path) -> Iterator[Any]:
     settings = SparkSettings.load(
         spark_master="local[1]",
-        kafka_bootstrap=stack.kafka_bootstrap,
+        kafka=stack.kafka(),
         lake=tmp_path / "lake",
         spark_jars_dir=stack.home / "lib" / "spark",
     )
@@ -54,7 +54,7 @@ def test_the_memory_drops_resends_and_reads_the_table_again_after_another_writer
     stack: Stack, topic: str, tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events = ["e-0", "e-1", "e-0", "e-3", "e-4", "e-5", "e-5", "e-7", "e-8"]  # offsets 0-8; e-0 and e-5 sent twice
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     for event_id in events:
         headers: list[tuple[str, str | bytes | None]] = [
             ("id", event_id),
@@ -80,7 +80,7 @@ def test_the_memory_drops_resends_and_reads_the_table_again_after_another_writer
         offsets = {topic: {"0": start}}, {topic: {"0": end}}
         records = (
             spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", stack.kafka_bootstrap)
+            .options(**stack.kafka().spark_options())
             .option("subscribe", topic)
             .option("includeHeaders", "true")
             .option("startingOffsets", json.dumps(offsets[0]))

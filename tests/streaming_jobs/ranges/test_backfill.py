@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,8 @@ def test_a_reduce_worker_that_fails_is_an_error_naming_the_partition_and_what_th
     tmp_path: Path,
 ) -> None:
     # A contract version that is not a number makes the worker fail as it reads its task, before any Kafka.
-    task = Task("127.0.0.1:1", "orders", 3, 40, 50, 10, str(tmp_path), (("OrderPlaced", "one", {}),))  # type: ignore[arg-type]
+    bad_contracts: Any = (("OrderPlaced", "one", {}),)
+    task = Task({"bootstrap.servers": "127.0.0.1:1"}, "orders", 3, 40, 50, 10, str(tmp_path), bad_contracts)
     reports: list[object] = []
     with pytest.raises(ReduceError) as failed:
         _run_worker(task, reports.append)

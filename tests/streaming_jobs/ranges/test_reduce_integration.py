@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from deltalake import DeltaTable
 
 from tests.conftest import Stack
+from tests.kafka_helpers import create_topics
 from tests.streaming_jobs.helpers import deposit, job_env, opened, run, table_rows
 
 pytestmark = pytest.mark.integration
@@ -66,9 +66,8 @@ def produce(stack: Stack, topic: str) -> tuple[int, set[str]]:
 
     Returns how many records must become dead letters, and the keys whose row must be gone.
     """
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})  # kept: its futures need it alive
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    create_topics(stack.kafka_config(), [topic], partitions=PARTITIONS)
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
 
     def send(
         key: str | None, event_type: str, value: bytes | None, changed: dict[str, bytes | None], part: int

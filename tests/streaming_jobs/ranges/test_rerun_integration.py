@@ -41,7 +41,7 @@ def test_backfill_applies_exactly_the_range_and_a_rerun_changes_nothing(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
     start = int(time.time() * 1000) - 3_600_000
-    producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "acks": "all"})
+    producer = Producer({**stack.kafka_config(), "acks": "all"})
     for i in range(30):  # offset i, timestamped i minutes after `start`
         headers: list[tuple[str, str | bytes | None]] = [
             ("id", f"e-{i}"),
@@ -181,7 +181,7 @@ def test_a_range_below_retention_is_refused_naming_the_first_offset_still_there(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
     send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(20)])
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     for future in admin.delete_records([TopicPartition(topic, 0, 12)]).values():
         future.result(30)
     name, env = job_env(stack, tmp_path, "event_log", topic)

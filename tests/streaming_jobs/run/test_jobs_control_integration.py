@@ -96,11 +96,13 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
 
 
 def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, tmp_path: Path) -> None:
-    if not stack.spark_master_url:
+    if not stack.cluster:
         pytest.skip("no Spark standalone master in this stack (cdcpipe stack up --spark-cluster)")
     name, env = job_env(stack, tmp_path, "event_log", topic)
     ids = send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(10)])
-    result = cdcpipe("jobs", "submit", name, "--master", stack.spark_master_url, "--trigger", "available-now", env=env)
+    # As after `eval "$(cdcpipe stack env)"` with the cluster up: the job goes where CDCPIPE_SPARK_MASTER says.
+    env = {**env, "CDCPIPE_SPARK_MASTER": stack.cluster}
+    result = cdcpipe("jobs", "submit", name, "--trigger", "available-now", env=env)
     assert result.returncode == 0, result.stderr
     wait_until(lambda: status(name, env)["running"] is False, 300, "the job to drain the topic and exit")
     assert sorted(str(r["event_id"]) for r in rows(tmp_path)) == sorted(ids)

@@ -24,7 +24,7 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
     assert len(job.table()) == 10
     send(stack, topic, [(f"b-{i}", "AccountOpened", opened(f"b-{i}"), None) for i in range(10)])
     # Retention removes offsets 10..14 before the job comes back for them.
-    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    admin = AdminClient(stack.kafka_config())
     for future in admin.delete_records([TopicPartition(topic, 0, 15)]).values():
         future.result(30)
 
@@ -39,7 +39,7 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
         **stack.process_env(),
         "CDCPIPE_LAKE": str(job.lake),
         "CDCPIPE_JOBS_DIRS": str(job.folder),
-        "CDCPIPE_SPARK_MASTER": "local[2]",
+        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),
     }
     rebuilt = cdcpipe("jobs", "replay", job.name, "--into", "rebuilt", "--swap", env=env)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr

@@ -49,7 +49,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     ]
     ids = send(stack, topic, good + bad)
     # The same event sent twice (a publisher's retry): it must appear once.
-    send_again = Producer({"bootstrap.servers": stack.kafka_bootstrap})
+    send_again = Producer(stack.kafka_config())
     send_again.produce(
         topic,
         key="a-1",

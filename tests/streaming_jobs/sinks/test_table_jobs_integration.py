@@ -125,7 +125,7 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
                 r[0]: (r[1], r[2]) for r in conn.execute(sql.SQL("SELECT id, owner, balance FROM {}").format(ident))
             }
         # 20 snapshot reads, 3 updates, 2 deletes and their tombstones, 1 insert, 2 updates in one transaction.
-        read_topics(stack.kafka_bootstrap, [topic], 20 + 3 + 2 * 2 + 1 + 2, timeout_s=90)
+        read_topics(stack.kafka_config(), [topic], 20 + 3 + 2 * 2 + 1 + 2, timeout_s=90)
         job = make_job(
             stack,
             tmp_path,
