@@ -80,12 +80,12 @@ class KafkaSettings(StageSettings):
     @model_validator(mode="before")
     @classmethod
     def _from_properties_file(cls, data: Any) -> Any:
-        """Settings given explicitly win; the properties file fills the rest."""
-        if not isinstance(data, dict) or not data.get("kafka_config"):
+        """Settings given explicitly win; the properties file fills the rest; names in any case."""
+        if not isinstance(data, dict):
             return data
-        path = Path(data["kafka_config"])
         filled = dict(data)
-        for key, value in read_properties(path).items():
+        path = Path(data["kafka_config"]) if data.get("kafka_config") else None
+        for key, value in read_properties(path).items() if path else ():
             field = PROPERTIES.get(key)
             if field is None:
                 raise ConfigError(
@@ -93,6 +93,9 @@ class KafkaSettings(StageSettings):
                     f"to librdkafka and to Spark's Java client alike); supported: {', '.join(sorted(PROPERTIES))}"
                 )
             filled.setdefault(field, value)
+        for field in ("kafka_security_protocol", "kafka_sasl_mechanism"):
+            if isinstance(filled.get(field), str):
+                filled[field] = filled[field].upper()  # librdkafka takes `sasl_ssl` as well
         return filled
 
     @model_validator(mode="after")

@@ -141,3 +141,12 @@ def test_an_authentication_failure_is_said_with_the_fix_once_not_per_retry(caplo
     assert "CDCPIPE_KAFKA_CONFIG" in said[0]
     report_error(KafkaError(KafkaError._TRANSPORT, "broker down"))  # librdkafka retries that: not news
     assert len([r for r in caplog.records if r.name == "cdcpipe.kafka"]) == 1
+
+
+def test_names_are_taken_in_any_case_as_librdkafka_takes_them(tmp_path: Path) -> None:
+    path = tmp_path / "lower.properties"
+    path.write_text(
+        "security.protocol=sasl_plaintext\nsasl.mechanisms=scram-sha-256\nsasl.username=u\nsasl.password=p\n"
+    )
+    settings = KafkaSettings.from_file(path)
+    assert (settings.kafka_security_protocol, settings.kafka_sasl_mechanism) == ("SASL_PLAINTEXT", "SCRAM-SHA-256")
