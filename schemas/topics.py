@@ -12,6 +12,7 @@ of each aggregate's events; it reports the difference instead.
 from __future__ import annotations
 
 import re
+import time
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -21,6 +22,7 @@ from typing import Any, ClassVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -48,6 +50,9 @@ ROLE_OPERATIONS = {
     "consumers": (AclOperation.READ, AclOperation.DESCRIBE),
     "creators": (AclOperation.CREATE,),
 }
+# How long `apply` waits for the broker to serve what the controller committed (KRaft propagates a new topic
+# or ACL to the brokers a moment after CreateTopics/CreateAcls return).
+VISIBLE_WITHIN_S = 30.0
 
 
 class TopicSettings(StageSettings):
@@ -240,6 +245,8 @@ def apply(
     for grant in prefixes:
         bindings[f"{grant.prefix}*"] = acl_bindings(grant.prefix, ResourcePatternType.PREFIXED, grant)
     granted = _grant(admin, bindings, dry_run=dry_run)
+    if not dry_run:
+        _await_visible(admin, [s.name for s in missing], [b for topic in bindings.values() for b in topic])
     applied = [replace(results[s.name], acls=granted.get(s.name, "")) for s in specs]
     return applied + [
         Applied(f"{g.prefix}*", "granted", granted.get(f"{g.prefix}*", "no principals named")) for g in prefixes
@@ -282,6 +289,45 @@ def _grant(admin: AdminClient, bindings: dict[str, list[AclBinding]], *, dry_run
                 f"{error.str()}; `topics apply` needs a principal allowed to ALTER the cluster's ACLs"
             ) from exc
     return said
+
+
+def _await_visible(admin: AdminClient, created: list[str], granted: list[AclBinding]) -> None:
+    """Return once the broker serves the created topics (each partition led) and the granted ACLs.
+
+    Without this, a client started right after `apply` could be told its topic does not exist or that it may
+    not read it. The broker answers both from its own copy of the cluster metadata, which is what is polled.
+    """
+    deadline = time.monotonic() + VISIBLE_WITHIN_S
+    # None matches any name, principal and host (the stubs type them str only).
+    anyone: Any = None
+    everything = AclBindingFilter(
+        ResourceType.TOPIC, anyone, ResourcePatternType.ANY, anyone, anyone, AclOperation.ANY, AclPermissionType.ANY
+    )
+    while True:
+        metadata = admin.list_topics(timeout=15)
+        topics_waiting = [
+            t
+            for t in created
+            if t not in metadata.topics
+            or not metadata.topics[t].partitions
+            or any(p.leader < 0 for p in metadata.topics[t].partitions.values())
+        ]
+        acls_waiting: set[AclBinding] = set()
+        if granted:
+            try:
+                acls_waiting = set(granted) - set(admin.describe_acls(everything, request_timeout=15).result())
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.SECURITY_DISABLED:
+                    raise TopicError(f"reading back the granted ACLs failed: {exc.args[0].str()}") from exc
+        if not topics_waiting and not acls_waiting:
+            return
+        if time.monotonic() > deadline:
+            waiting = topics_waiting + sorted({f"{b.principal} {_operation(b)} on {b.name}" for b in acls_waiting})
+            raise TopicError(
+                f"the broker does not serve {', '.join(waiting)} {VISIBLE_WITHIN_S:.0f} s after the controller "
+                "accepted them; check the broker's log for metadata errors and run `cdcpipe topics apply` again"
+            )
+        time.sleep(0.1)
 
 
 def _operation(binding: AclBinding) -> str:

@@ -6,9 +6,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
+from schemas import topics
+from schemas.topics import TopicSpec
 from tests.conftest import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
@@ -64,3 +66,20 @@ def test_a_bad_topic_file_is_an_error_naming_the_file_not_a_traceback(stack: Sta
     assert result.returncode == 2
     assert "t.toml: topic #1: name 'a topic' is not a legal topic name" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_what_apply_created_and_granted_is_usable_the_moment_it_returns(stack: Stack) -> None:
+    # KRaft commits a new topic and ACL on the controller and the broker takes them up a moment later; a job
+    # submitted right after `topics apply` (as the demo does) was refused as if its topic did not exist.
+    consumer = AdminClient(stack.kafka("jobs").client_config())
+    consumer.list_topics(timeout=10)  # connected and authenticated before the race starts
+    names = [f"test.visible.{uuid.uuid4().hex[:8]}" for _ in range(10)]
+    refused: dict[str, str] = {}
+    for pair in (names[i : i + 2] for i in range(0, len(names), 2)):
+        topics.apply(stack.kafka_config(), [TopicSpec(n, 6, -1, consumers=("User:jobs",)) for n in pair])
+        for name, future in consumer.describe_topics(TopicCollection(pair), request_timeout=15).items():
+            try:
+                assert len(future.result().partitions) == 6
+            except KafkaException as exc:
+                refused[name] = str(exc)
+    assert refused == {}
