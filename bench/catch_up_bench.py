@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import uuid
@@ -45,7 +44,6 @@ def main() -> None:
 
     stack = StackSettings.load()
     env = stack_env(stack)
-    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]
     names = OutboxNames.load(outbox_schema=f"bench_{tag}")

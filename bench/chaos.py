@@ -427,7 +427,6 @@ def main() -> None:
         parser.error(f"unknown faults {sorted(unknown)}: choose from {','.join(FAULTS)}")
     settings = StackSettings.load()
     soak = Soak(env=stack_env(settings), settings=settings)
-    os.environ["PGPASSFILE"] = soak.env["PGPASSFILE"]
     args.results.parent.mkdir(parents=True, exist_ok=True)
     log = args.results.with_suffix(".relays.log")
     log.write_text("")

@@ -364,7 +364,6 @@ def main() -> None:
     parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare Kafka -> Delta job")
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
-    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     lake = Path(env["CDCPIPE_LAKE"]) / f"_bench_{tag}"

@@ -642,12 +642,14 @@ def env_kafka(env: dict[str, str]) -> KafkaSettings:
 
 
 def stack_env(stack: StackSettings) -> dict[str, str]:
-    """The environment of this process, wired to the local stack.
+    """The environment of this process, wired to the local stack, as `eval "$(cdcpipe stack env)"` would.
 
-    Jobs a bench starts run in local mode even with the cluster up: the figures are for local[2], and several
-    applications would queue for one worker's cores.
+    The bench's own settings read it too (the roles' password files, the relay's DSN), so what it sets up and
+    the processes it starts agree. Jobs a bench starts run in local mode even with the cluster up: the figures
+    are for local[2], and several applications would queue for one worker's cores.
     """
-    return {**os.environ, **env_values(stack), "CDCPIPE_SPARK_MASTER": "local[2]"}
+    os.environ.update({**env_values(stack), "CDCPIPE_SPARK_MASTER": "local[2]"})
+    return dict(os.environ)
 
 
 def free_port() -> int:
@@ -748,7 +750,6 @@ def main() -> None:
 
     stack = StackSettings.load()
     env = stack_env(stack)
-    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
     dsn = env["CDCPIPE_PG_DSN"]
     tag = uuid.uuid4().hex[:8]
     relay_names = OutboxNames.load(outbox_schema=f"bench_{tag}")

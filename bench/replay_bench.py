@@ -43,7 +43,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    os.environ.update(stack_env(StackSettings.load()))
+    stack_env(StackSettings.load())
     tag = uuid.uuid4().hex[:8]
     lake = Path(os.environ["CDCPIPE_LAKE"]) / f"_bench_replay_{tag}"
     os.environ["CDCPIPE_LAKE"] = str(lake)

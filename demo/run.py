@@ -153,7 +153,8 @@ def run(say: Callable[[str], None] = print) -> None:
         # Unique per run: the fresh checkpoint reads the topics from the start, earlier runs' events included.
         run_id = time.strftime("%Y%m%d%H%M%S")
         began = time.monotonic()
-        with psycopg.connect(dsn) as conn:
+        # The application's writes, as an application connects: the writer role, which may only insert events.
+        with psycopg.connect(env["CDCPIPE_WRITER_PG_DSN"]) as conn:
             expected = _workload(conn, run_id, names)
         events = ACCOUNTS + DEPOSITS + TRANSFERS
         say(f"4. committed {events} events in {events} transactions with emit(), and 1 that breaks its contract")

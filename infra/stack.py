@@ -13,6 +13,7 @@ from infra import kafka_security
 from infra.config import StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
 from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
+from infra.services.base import RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
 from infra.stack_secrets import secret_file
 
@@ -189,6 +190,13 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_HOME": str(settings.home),
         "CDCPIPE_PG_DSN": postgres.dsn(),
         "PGPASSFILE": str(postgres.pgpass_file),
+        # Least privilege: the relay connects as the relay role; an application that only emits can connect as
+        # the writer role (or be granted it). Their passwords are in PGPASSFILE; `schema apply` sets them from
+        # the files named here.
+        "CDCPIPE_RELAY_PG_DSN": postgres.dsn(role=RELAY_ROLE),
+        "CDCPIPE_WRITER_PG_DSN": postgres.dsn(role=WRITER_ROLE),
+        "CDCPIPE_RELAY_PASSWORD_FILE": str(secret_file(settings, ROLE_SECRETS[RELAY_ROLE])),
+        "CDCPIPE_WRITER_PASSWORD_FILE": str(secret_file(settings, ROLE_SECRETS[WRITER_ROLE])),
         "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         # A path, not the secret: the admin's client file (the other users' files are beside it).
         "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(settings, kafka_security.ADMIN)),

@@ -30,7 +30,7 @@ class BacklogProbe(threading.Thread):
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(
-                        self._relay.settings.pg_dsn.get_secret_value(),
+                        self._relay.settings.dsn(),
                         autocommit=True,
                         application_name="cdcpipe-relay-backlog",
                         connect_timeout=5,

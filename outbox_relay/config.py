@@ -21,7 +21,12 @@ class RelaySettings(StageSettings):
 
     pg_dsn: SecretStr = Field(
         SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
-        description="libpq connection string (the relay role needs SELECT and DELETE on the outbox)",
+        description="libpq connection string, used by the relay when relay_pg_dsn is not set",
+    )
+    relay_pg_dsn: SecretStr | None = Field(
+        None,
+        description="the relay's own connection, as the relay role (SELECT and DELETE on the outbox); "
+        "`cdcpipe stack env` sets it to the stack's cdcpipe_relay",
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
     topic_pattern: str = Field(
@@ -44,6 +49,10 @@ class RelaySettings(StageSettings):
     metrics_port: int = Field(9464, ge=0, le=65535, description="Prometheus metrics on 127.0.0.1 (0: off)")
     backlog_interval_s: float = Field(5.0, gt=0, description="how often the backlog (count, oldest age) is read")
     linger_ms: float = Field(0.0, ge=0, description="producer linger.ms (0: send at once; the relay batches itself)")
+
+    def dsn(self) -> str:
+        """The connection string the relay uses: its own role's if set, else the shared one."""
+        return (self.relay_pg_dsn or self.pg_dsn).get_secret_value()
 
     @field_validator("allowed_aggregate_types", mode="before")
     @classmethod

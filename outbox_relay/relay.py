@@ -126,7 +126,7 @@ class Relay:
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
-            self.settings.pg_dsn.get_secret_value(),
+            self.settings.dsn(),
             autocommit=True,
             application_name=f"cdcpipe-relay:{os.getpid()}",
             # The relay's commits only remove rows Kafka already holds. Not waiting for their WAL flush takes

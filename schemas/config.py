@@ -98,7 +98,13 @@ class SchemaSettings(StageSettings):
     writer_role: str = Field("cdcpipe_writer", description="role that may only insert into the outbox")
     relay_role: str = Field("cdcpipe_relay", description="role that may only read and remove outbox rows")
     writer_password: SecretStr | None = Field(None, description="if set, the writer role may log in with it")
+    writer_password_file: Path | None = Field(
+        None, description="file holding the writer role's password (`cdcpipe stack env` names the stack's one)"
+    )
     relay_password: SecretStr | None = Field(None, description="if set, the relay role may log in with it")
+    relay_password_file: Path | None = Field(
+        None, description="file holding the relay role's password (`cdcpipe stack env` names the stack's one)"
+    )
     publication: str = Field("cdcpipe_outbox", description="publication of the outbox table for Debezium")
     heartbeat_table: str = Field("debezium_heartbeat", description="table Debezium's heartbeat query updates")
     debezium_role: str = Field(
@@ -132,10 +138,23 @@ class SchemaSettings(StageSettings):
             check_identifier(name)
         return value
 
+    def writer_secret(self) -> SecretStr | None:
+        """The writer role's password, from the setting or the file it names."""
+        return _secret(self.writer_password, self.writer_password_file)
+
+    def relay_secret(self) -> SecretStr | None:
+        """The relay role's password, from the setting or the file it names."""
+        return _secret(self.relay_password, self.relay_password_file)
+
     def debezium_secret(self) -> SecretStr | None:
         """The Debezium role's password, from the setting or the file it names."""
-        if self.debezium_password is not None:
-            return self.debezium_password
-        if self.debezium_password_file is not None:
-            return SecretStr(self.debezium_password_file.read_text().strip())
-        return None
+        return _secret(self.debezium_password, self.debezium_password_file)
+
+
+def _secret(value: SecretStr | None, file: Path | None) -> SecretStr | None:
+    """A password given as it is wins over the file named for it; neither: the role does not log in."""
+    if value is not None:
+        return value
+    if file is not None:
+        return SecretStr(file.read_text().strip())
+    return None

@@ -140,8 +140,8 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
             "CREATE TABLE IF NOT EXISTS {} (id integer PRIMARY KEY, beat timestamptz NOT NULL DEFAULT pg_catalog.now())"
         ).format(heartbeat),
         # Roles: created without login unless a password is configured, so an admin can also grant them.
-        *_role(settings.writer_role, settings.writer_password),
-        *_role(settings.relay_role, settings.relay_password),
+        *_role(settings.writer_role, settings.writer_secret()),
+        *_role(settings.relay_role, settings.relay_secret()),
         *_role(settings.debezium_role, settings.debezium_secret()),
         # Debezium streams through a replication slot; it needs no superuser, only REPLICATION.
         sql.SQL("ALTER ROLE {} REPLICATION").format(sql.Identifier(settings.debezium_role)),

@@ -190,8 +190,10 @@ class Outbox:
 
     names: OutboxNames
     schema_settings: SchemaSettings
-    dsn: str
+    dsn: str  # the superuser: the tests' own reads and writes
     tag: str
+    relay_dsn: str  # the relay role, as `stack env` gives it: what every relay of the tests connects as
+    writer_dsn: str  # the writer role, as an application that only emits may connect
 
     @property
     def topic_pattern(self) -> str:
@@ -203,6 +205,7 @@ class Outbox:
     def relay_settings(self, stack: Stack, **overrides: object) -> RelaySettings:
         values: dict[str, object] = {
             "pg_dsn": self.dsn,
+            "relay_pg_dsn": self.relay_dsn,
             "kafka": stack.kafka("relay"),
             "topic_pattern": self.topic_pattern,
             "metrics_port": 0,
@@ -263,13 +266,20 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
     settings = SchemaSettings.load(
         pg_dsn=stack.pg_dsn,
         publication=f"pub_{tag}",
-        writer_password=TEST_WRITER_PASSWORD,
-        relay_password=TEST_RELAY_PASSWORD,
+        writer_password_file=Path(stack.env["CDCPIPE_WRITER_PASSWORD_FILE"]),
+        relay_password_file=Path(stack.env["CDCPIPE_RELAY_PASSWORD_FILE"]),
         debezium_password_file=Path(stack.env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"]),
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, names, settings)
-    box = Outbox(names=names, schema_settings=settings, dsn=stack.pg_dsn, tag=tag)
+    box = Outbox(
+        names=names,
+        schema_settings=settings,
+        dsn=stack.pg_dsn,
+        tag=tag,
+        relay_dsn=stack.env["CDCPIPE_RELAY_PG_DSN"],
+        writer_dsn=stack.env["CDCPIPE_WRITER_PG_DSN"],
+    )
     create_topics(stack.kafka_config(), [box.topic(kind) for kind in OUTBOX_TOPICS])
     # Debezium's own topics for a connector on this outbox.
     prefixes = [f"test_{tag}", f"tables_{tag}", f"mirror_{tag}"]  # the topic.prefix of the tests' connectors
@@ -282,10 +292,3 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
 
 # The aggregate types whose topics an outbox fixture creates; a test that needs another creates it.
 OUTBOX_TOPICS = ("order", "account", "transfer")
-TEST_WRITER_PASSWORD = "test-writer-password"  # noqa: S105 - a throwaway role password on a loopback test stack
-TEST_RELAY_PASSWORD = "test-relay-password"  # noqa: S105
-
-
-def role_dsn(dsn: str, role: str, password: str) -> str:
-    """The same database as `dsn`, as another role."""
-    return psycopg.conninfo.make_conninfo(dsn, user=role, password=password)

@@ -31,7 +31,7 @@ def relay_run(
 def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The leading relay, what publishing is stalled on (if anything), the backlog and the dead letters."""
     settings, names = RelaySettings.load(), OutboxNames.load()
-    with redrive.connect(settings.pg_dsn.get_secret_value()) as conn:
+    with redrive.connect(settings.dsn()) as conn:
         report = redrive.status(conn, names)
     if as_json:
         typer.echo(json.dumps(asdict(report), indent=2, default=str))

@@ -16,6 +16,9 @@ from infra.errors import NotInstalledError
 from infra.gc_log import gc_flags
 
 POSTGRES_SUPERUSER = "postgres"
+# The outbox roles `schema apply` creates (its default names), and the stack secret holding each one's password.
+WRITER_ROLE, RELAY_ROLE = "cdcpipe_writer", "cdcpipe_relay"
+ROLE_SECRETS = {WRITER_ROLE: "pg_writer_password", RELAY_ROLE: "pg_relay_password"}
 
 
 # Kafka 4 and the Connect runtime log through log4j2; everything goes to stdout, which the stack

@@ -15,7 +15,7 @@ from psycopg import sql
 
 from cdcpipe.private_files import write_private
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
-from infra.services.base import POSTGRES_SUPERUSER, PortSpec, Service
+from infra.services.base import POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
 from infra.stack_secrets import secret, secret_file
 
 
@@ -55,9 +55,9 @@ class Postgres(Service):
         tag = base64.b32encode(str(self.settings.state).encode()).decode().lower().rstrip("=")[-20:]
         return Path("/var/lib/cdcpipe") / tag / "pg"
 
-    def dsn(self, database: str | None = None) -> str:
+    def dsn(self, database: str | None = None, *, role: str = POSTGRES_SUPERUSER) -> str:
         db = database or self.settings.pg_database
-        return f"postgresql://{POSTGRES_SUPERUSER}@127.0.0.1:{self.settings.pg_port}/{db}"
+        return f"postgresql://{role}@127.0.0.1:{self.settings.pg_port}/{db}"
 
     def run_as(self) -> str | None:
         # Postgres refuses to run as root; as any other user it runs as that user.
@@ -71,7 +71,11 @@ class Postgres(Service):
                 "or set CDCPIPE_PG_BIN_DIR to the folder holding `postgres` and `initdb`"
             )
         password = secret(self.settings, "pg_superuser_password")
-        write_private(self.pgpass_file, f"127.0.0.1:*:*:{POSTGRES_SUPERUSER}:{password}\n")
+        # libpq finds each role's password here; `schema apply` gives the roles these (stack env names the files).
+        logins = {POSTGRES_SUPERUSER: password} | {
+            role: secret(self.settings, name) for role, name in ROLE_SECRETS.items()
+        }
+        write_private(self.pgpass_file, "".join(f"127.0.0.1:*:*:{role}:{pw}\n" for role, pw in logins.items()))
 
         data = self.data_dir
         if (data / "PG_VERSION").exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -86,7 +87,7 @@ def test_debezium_and_our_relay_produce_the_same_messages(stack: Stack, outbox: 
         debezium_topics = [f"test.{outbox.tag}.debezium.{t}" for t in ("account", "transfer")]
         via_debezium = read_topics(stack.kafka_config(), debezium_topics, len(events), timeout_s=60)
         relay_settings = outbox.relay_settings(stack, topic_pattern=f"test.{outbox.tag}.relay.{{aggregatetype}}")
-        with relay_thread(relay_settings, Outbox(twin, outbox.schema_settings, outbox.dsn, outbox.tag)):
+        with relay_thread(relay_settings, dataclasses.replace(outbox, names=twin)):
             via_relay = read_topics(
                 stack.kafka_config(),
                 [f"test.{outbox.tag}.relay.{t}" for t in ("account", "transfer")],

@@ -27,7 +27,7 @@ from outbox_relay.sql import backlog_sql, take, take_after_sql, take_sql
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
 from schemas.emit import emit
-from tests.conftest import TEST_RELAY_PASSWORD, Outbox, Stack, role_dsn
+from tests.conftest import Outbox, Stack
 from tests.kafka_helpers import create_topics, grant, read_topics, set_topic_config
 from tests.outbox_relay.helpers import (
     by_key,
@@ -44,8 +44,6 @@ pytestmark = pytest.mark.integration
 
 
 def test_wire_format_is_debeziums_eventrouter_and_kcat_reads_it(stack: Stack, outbox: Outbox) -> None:
-    # Published by the least-privileged relay role, as in production.
-    relay_dsn = role_dsn(outbox.dsn, outbox.schema_settings.relay_role, TEST_RELAY_PASSWORD)
     events: list[tuple[str, str, str, dict[str, object]]] = [
         ("account", "acc-1", "AccountOpened", {"account_id": "acc-1", "owner": "Ann", "currency": "EUR"}),
         ("account", "acc-1", "MoneyDeposited", {"account_id": "acc-1", "amount": 250, "currency": "EUR"}),
@@ -56,11 +54,17 @@ def test_wire_format_is_debeziums_eventrouter_and_kcat_reads_it(stack: Stack, ou
             {"transfer_id": "tr-9", "from_account": "acc-1", "to_account": "acc-2", "amount": 100, "currency": "EUR"},
         ),
     ]
-    with psycopg.connect(outbox.dsn) as conn:
+    # Emitted as the writer role and published by the relay role, as `stack env` sets them up.
+    with psycopg.connect(outbox.writer_dsn) as conn:
         ids = [str(emit(conn, t, a, e, p, names=outbox.names)) for t, a, e, p in events]
         conn.commit()
-    with relay_thread(outbox.relay_settings(stack, pg_dsn=relay_dsn), outbox):
+    with relay_thread(outbox.relay_settings(stack), outbox):
         wait_until(lambda: outbox.count() == 0, 30, "the relay to take the rows")
+        with psycopg.connect(outbox.dsn) as conn:
+            roles = conn.execute(
+                "SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name LIKE 'cdcpipe-relay:%'"
+            ).fetchall()
+        assert roles == [(outbox.schema_settings.relay_role,)]
     lines = []
     for aggregate_type in ("account", "transfer"):
         out = subprocess.run(

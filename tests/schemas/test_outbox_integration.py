@@ -14,7 +14,7 @@ from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
 from schemas.errors import ContractViolationError, SchemaError
 from schemas.outbox import scram_verifier
-from tests.conftest import TEST_RELAY_PASSWORD, TEST_WRITER_PASSWORD, Outbox, Stack, cdcpipe, role_dsn
+from tests.conftest import Outbox, Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 
@@ -138,8 +138,8 @@ def test_emit_refuses_to_commit_on_its_own(outbox: Outbox) -> None:
 def test_roles_have_least_privilege(outbox: Outbox) -> None:
     table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
     dead = sql.Identifier(outbox.names.outbox_schema, outbox.names.dead_letter_table)
-    writer = role_dsn(outbox.dsn, outbox.schema_settings.writer_role, TEST_WRITER_PASSWORD)
-    relay = role_dsn(outbox.dsn, outbox.schema_settings.relay_role, TEST_RELAY_PASSWORD)
+    # As `stack env` gives them: each role's password is in PGPASSFILE, set by `schema apply` from the files.
+    writer, relay = outbox.writer_dsn, outbox.relay_dsn
     with psycopg.connect(writer) as conn:
         emit(conn, "account", "a-1", "AccountOpened", ACCOUNT, names=outbox.names)
         conn.commit()
