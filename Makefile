@@ -71,6 +71,11 @@ bench: install
 	$(PY) bench/catch_up_bench.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/replay_bench.py
+	$(CDCPIPE) stack down
+	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(CDCPIPE) stack up
+	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(PY) bench/tls_bench.py
+	$(CDCPIPE) stack down
+	$(CDCPIPE) stack up
 
 # The soak run: the whole pipeline, all five job kinds, under load for 10 minutes while the relay, a job's
 # driver, Kafka Connect, Kafka and Postgres are killed and restarted in turn; then each read model is checked

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from cdcpipe.home import default_home
 from cdcpipe.settings import StageSettings
@@ -25,6 +25,11 @@ class StackSettings(StageSettings):
     pg_bin_dir: Path = Field(Path("/usr/lib/postgresql/15/bin"), description="PostgreSQL 15 server binaries")
     kafka_port: int = Field(9092, description="Kafka broker port (TLS + SASL/SCRAM-SHA-512)")
     kafka_controller_port: int = Field(9093, description="KRaft controller port")
+    kafka_plaintext_port: int = Field(
+        0,
+        description="0: none. Else a loopback PLAINTEXT listener on this port, only to measure what TLS and "
+        "SASL cost (bench/tls_bench.py); its clients are User:ANONYMOUS, which no ACL of the stack allows",
+    )
     kafka_heap: str = Field("768m", description="broker JVM heap (-Xmx)")
     connect_port: int = Field(8083, description="Kafka Connect REST port")
     connect_heap: str = Field("768m", description="Connect worker JVM heap (-Xmx)")
@@ -40,13 +45,16 @@ class StackSettings(StageSettings):
         "pg_port",
         "kafka_port",
         "kafka_controller_port",
+        "kafka_plaintext_port",
         "connect_port",
         "spark_master_port",
         "spark_master_ui_port",
         "spark_worker_ui_port",
     )
     @classmethod
-    def _port_in_range(cls, value: int) -> int:
+    def _port_in_range(cls, value: int, info: ValidationInfo) -> int:
+        if value == 0 and info.field_name == "kafka_plaintext_port":
+            return value
         if not 1024 <= value <= 65535:
             raise ValueError("a port must be between 1024 and 65535")
         return value
@@ -63,6 +71,8 @@ class StackSettings(StageSettings):
         ports = {name: getattr(self, name) for name in type(self).model_fields if name.endswith("_port")}
         seen: dict[int, str] = {}
         for name, port in ports.items():
+            if port == 0:  # a listener that is off
+                continue
             if port in seen:
                 raise ValueError(f"{name} and {seen[port]} are both {port}; give each service its own port")
             seen[port] = name

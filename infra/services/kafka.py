@@ -17,6 +17,7 @@ from infra.services.base import PortSpec, Service, properties
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
+PLAINTEXT_LISTENER = "BENCH_PLAINTEXT"
 # Written beside meta.properties once the admin user is in the metadata log.
 SECURED_MARK = "cdcpipe-secured"
 
@@ -28,10 +29,13 @@ class Kafka(Service):
 
     @property
     def ports(self) -> list[PortSpec]:
-        return [
+        ports = [
             PortSpec(self.settings.kafka_port, "CDCPIPE_KAFKA_PORT"),
             PortSpec(self.settings.kafka_controller_port, "CDCPIPE_KAFKA_CONTROLLER_PORT"),
         ]
+        if self.settings.kafka_plaintext_port:
+            ports.append(PortSpec(self.settings.kafka_plaintext_port, "CDCPIPE_KAFKA_PLAINTEXT_PORT"))
+        return ports
 
     @property
     def config_file(self) -> Path:
@@ -50,6 +54,12 @@ class Kafka(Service):
         admin = kafka_security.password(s, kafka_security.ADMIN)
         controller = kafka_security.password(s, "controller")
         listeners = f"BROKER://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}"
+        protocols = "BROKER:SASL_SSL,CONTROLLER:SASL_SSL"
+        if s.kafka_plaintext_port:
+            # Opt-in, for measuring TLS and SASL's cost only: unauthenticated clients here are User:ANONYMOUS,
+            # which may do nothing unless a benchmark grants it on its own topics.
+            listeners += f",{PLAINTEXT_LISTENER}://127.0.0.1:{s.kafka_plaintext_port}"
+            protocols += f",{PLAINTEXT_LISTENER}:PLAINTEXT"
         write_private(
             self.config_file,
             properties(
@@ -57,12 +67,13 @@ class Kafka(Service):
                     "process.roles": "broker,controller",
                     "node.id": 1,
                     "controller.quorum.bootstrap.servers": f"127.0.0.1:{s.kafka_controller_port}",
-                    # As a production cluster: TLS and SASL on every listener, nothing in plain text.
+                    # As a production cluster: TLS and SASL on every listener, nothing in plain text (unless
+                    # kafka_plaintext_port opens one for a benchmark).
                     "listeners": listeners,
                     "advertised.listeners": listeners,
                     "controller.listener.names": "CONTROLLER",
                     "inter.broker.listener.name": "BROKER",
-                    "listener.security.protocol.map": "BROKER:SASL_SSL,CONTROLLER:SASL_SSL",
+                    "listener.security.protocol.map": protocols,
                     "listener.name.broker.sasl.enabled.mechanisms": kafka_security.MECHANISM,
                     "sasl.mechanism.inter.broker.protocol": kafka_security.MECHANISM,
                     "listener.name.broker.scram-sha-512.sasl.jaas.config": (
