@@ -579,7 +579,7 @@ def latency_run(
         "latency_from_actual_commit_ms": percentiles_ms(after_commit),
         "legs": legs(arrivals, commits, start_ns, interval),
         "worst_seconds": worst_seconds(arrivals, measured_ns),
-        "jvm_pauses": jvm_pauses(arrivals, {name: stack_logs / f"{name}-gc.log" for name in ("kafka", "connect")}),
+        "jvm_pauses": jvm_pauses(arrivals, {name: gc_log.log_file(stack_logs, name) for name in ("kafka", "connect")}),
         "_histogram": histogram,
     }
 

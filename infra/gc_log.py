@@ -34,6 +34,14 @@ class Pause:
         return self.ended - self.ms / 1000
 
 
+def log_file(logs: Path, service: str) -> Path:
+    """Where a service's JVM writes its pauses.
+
+    A folder of their own, which the JVM (maybe not run as the stack's caller) may write and rotate files in.
+    """
+    return logs / "gc" / f"{service}.log"
+
+
 def gc_flags(log_file: Path) -> list[str]:
     """The JVM flags that write every pause to `log_file` (two files of 20 MB at most, then rotated)."""
     return [f'-Xlog:gc:file="{log_file}":utctime,uptime:filecount=2,filesize=20m']

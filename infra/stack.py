@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 import shutil
 import socket
@@ -89,8 +91,17 @@ def _start_one(service: Service, settings: StackSettings, report: Report) -> Sta
     service.after_healthy()
     seconds = time.monotonic() - started
     state = "already running" if already else f"healthy after {seconds:.1f}s"
-    report(f"{service.name:<13} {state:<22} pid {pid:<8} {service.address}")
+    owner = _owner(pid)
+    report(f"{service.name:<13} {state:<22} pid {pid:<8} {service.address}" + (f"  (as {owner})" if owner else ""))
     return Started(service.name, service.address, pid, seconds, already)
+
+
+def _owner(pid: int) -> str:
+    """The user a process runs as ("" if it is gone)."""
+    try:
+        return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
+    except (FileNotFoundError, KeyError):
+        return ""
 
 
 def _wait_healthy(service: Service, timeout_s: float) -> None:

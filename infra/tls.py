@@ -26,7 +26,10 @@ RENEW_BEFORE = dt.timedelta(days=30)
 def ensure(folder: Path, *, now: dt.datetime | None = None) -> None:
     """Make the CA and the broker's certificate if they are missing or the broker's expires soon."""
     now = now or dt.datetime.now(dt.UTC)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.mkdir(parents=True, exist_ok=True)
+    # Others may reach a file here by name but not list the folder: the broker, run as its own user, reads its
+    # key (broker.pem, which it owns); the CA's key stays its maker's alone (0600).
+    folder.chmod(0o711)
     ca_pem, ca_key_pem = folder / "ca.pem", folder / "ca.key"
     if not (ca_pem.exists() and ca_key_pem.exists()):
         key = ec.generate_private_key(ec.SECP256R1())

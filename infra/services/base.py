@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdcpipe.processes import TrackedProcess
+from infra import gc_log
 from infra.config import StackSettings
 from infra.errors import NotInstalledError
-from infra.gc_log import gc_flags
+from infra.service_user import can_reach, hand_over, service_user
 
 POSTGRES_SUPERUSER = "postgres"
 # The outbox roles `schema apply` creates (its default names), and the stack secret holding each one's password.
@@ -92,6 +93,22 @@ class Service(ABC):
     def run_as(self) -> str | None:
         return None
 
+    def _jvm_user(self) -> str | None:
+        """Who a Java service runs as: the service user when the stack is started as root.
+
+        Unless the checkout is closed to other users (a folder under /root, say): then the JVMs stay root, and
+        `stack up` shows it.
+        """
+        if os.geteuid() != 0 or not can_reach(self.settings.home):
+            return None
+        return service_user()
+
+    def _hand_over_gc_log(self) -> None:
+        """The GC log folder belongs to whoever runs the JVMs: HotSpot rotates its files by renaming them."""
+        folder = gc_log.log_file(self.settings.logs, self.name).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        hand_over(self.run_as(), folder)
+
     def after_healthy(self) -> None:  # noqa: B027 - optional hook
         """One-off setup that needs the running service (idempotent)."""
 
@@ -125,7 +142,7 @@ class Service(ABC):
             "-XX:MaxGCPauseMillis=20",
             # Every pause, with its wall-clock time: a broker that stops holds every acknowledgement and
             # fetch meanwhile, and the relay benchmark reads these logs to say how much of its tail that was.
-            *(gc_flags(self.settings.logs / f"{self.name}-gc.log") if service else []),
+            *(gc_log.gc_flags(gc_log.log_file(self.settings.logs, self.name)) if service else []),
             "-Djava.awt.headless=true",
             "-Djava.net.preferIPv4Stack=true",
             f"-Dlog4j2.configurationFile={conf / 'log4j2.properties'}",

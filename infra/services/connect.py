@@ -11,6 +11,7 @@ from cdcpipe.private_files import write_private
 from infra import kafka_security
 from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError, ServiceStartError
+from infra.service_user import hand_over
 from infra.services.base import PortSpec, Service, properties
 from infra.stack_secrets import secret
 
@@ -100,6 +101,12 @@ class Connect(Service):
                 }
             ),
         )
+        # The worker's own files: its config and the REST credentials (its Kafka state lives in Kafka).
+        hand_over(self.run_as(), self.config_file, self.jaas_file, self.credentials_file)
+        self._hand_over_gc_log()
+
+    def run_as(self) -> str | None:
+        return self._jvm_user()
 
     @property
     def jaas_file(self) -> Path:

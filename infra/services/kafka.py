@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from cdcpipe.private_files import write_private
 from infra import kafka_security, tls
 from infra.errors import ServiceNotReadyError, ServiceStartError
+from infra.service_user import hand_over
 from infra.services.base import PortSpec, Service, properties
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -111,6 +112,11 @@ class Kafka(Service):
                 }
             ),
         )
+        user = self.run_as()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # The broker's own files: its log folder, its config (passwords) and its key. Nothing else.
+        hand_over(user, self.data_dir, self.config_file, folder / "broker.pem")
+        self._hand_over_gc_log()
         if (self.data_dir / "meta.properties").exists():
             if not (self.data_dir / SECURED_MARK).exists():
                 raise ServiceStartError(
@@ -138,8 +144,18 @@ class Kafka(Service):
             service=False,
         )
         write_private(arguments, "\n".join(f'"{word}"' for word in command[1:]) + "\n")
+        hand_over(user, arguments)
         try:
-            proc = subprocess.run([command[0], f"@{arguments}"], capture_output=True, text=True, check=False)  # noqa: S603
+            proc = subprocess.run(  # noqa: S603
+                [command[0], f"@{arguments}"],
+                capture_output=True,
+                text=True,
+                check=False,
+                user=user,
+                group=user,
+                extra_groups=[] if user else None,
+                cwd="/",
+            )
         finally:
             arguments.unlink()
         if proc.returncode != 0:
@@ -147,6 +163,10 @@ class Kafka(Service):
                 f"kafka: formatting the log folder {self.data_dir} failed:\n{proc.stdout}{proc.stderr}"
             )
         write_private(self.data_dir / SECURED_MARK, "admin user created at format\n")
+        hand_over(user, self.data_dir)
+
+    def run_as(self) -> str | None:
+        return self._jvm_user()
 
     def command(self) -> list[str]:
         return self._java(

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from infra import gc_log
 from infra.gc_log import pauses
 from tests.conftest import Stack, cdcpipe
 
@@ -208,7 +209,7 @@ def test_env_exports_wire_a_tool_to_the_stack(stack: Stack) -> None:
 
 @pytest.mark.parametrize("service", ["kafka", "connect"])
 def test_each_jvm_logs_its_pauses_where_the_benchmark_reads_them(stack: Stack, service: str) -> None:
-    log = stack.home / "logs" / f"{service}-gc.log"
+    log = gc_log.log_file(stack.home / "logs", service)
     assert log.exists(), f"{log} is missing: a stack started before GC logging; restart it (cdcpipe stack down, up)"
     # Every JVM collects while it starts (class loading fills the first, small young generation).
     found = pauses(log)
