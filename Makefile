@@ -38,8 +38,9 @@ unit: install
 	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
 
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
+# One stack for the whole suite; independent tests two at a time, then those that restart the stack (tests/suite.py).
 test: install lint typecheck
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(PY) -m tests.suite $(PYTEST_ARGS)
 
 demo: install
 	$(CDCPIPE) stack up --spark-cluster

@@ -133,6 +133,9 @@ class Stack:
         return {**os.environ, **self.env}
 
 
+OWNED_VARIABLE = "CDCPIPE_TEST_STACK_OWNED"
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     given = os.environ.get("CDCPIPE_KAFKA_BOOTSTRAP")
@@ -145,8 +148,14 @@ def stack() -> Iterator[Stack]:
         if missing:
             pytest.fail(f'CDCPIPE_KAFKA_BOOTSTRAP is set but {missing} are not: eval "$(cdcpipe stack env)" sets all')
         keys = [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]
-        yield Stack.of({k: os.environ[k] for k in keys}, started_here=False)
+        # `python -m tests.suite` (make test) marks a stack it started as the session's own: its tests may
+        # stop and crash it. A stack you started yourself is left alone.
+        yield Stack.of({k: os.environ[k] for k in keys}, started_here=os.environ.get(OWNED_VARIABLE) == "1")
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(
+            'tests in parallel share one stack: start it first (`python -m tests.suite`, or `eval "$(cdcpipe stack env)"`)'
+        )
     up = cdcpipe("stack", "up", "--spark-cluster")
     if up.returncode != 0:
         pytest.fail(f"`cdcpipe stack up` failed:\n{up.stdout}\n{up.stderr}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -50,6 +51,9 @@ CASES = [
 def test_bad_arguments_get_the_stages_error_not_a_traceback(
     args: list[str], says: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Nothing of a running stack may leak in (make test exports its CDCPIPE_* variables to every test).
+    for key in [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]:
+        monkeypatch.delenv(key)
     for key, value in UNREACHABLE.items():
         monkeypatch.setenv(key, value)
     result = CliRunner().invoke(cli.app, args)

@@ -1,0 +1,66 @@
+"""`make test`: the whole suite on one stack, independent tests two at a time, then the ones that restart it.
+
+    python -m tests.suite [pytest arguments...]
+
+1. Starts the stack (Spark cluster included) unless `CDCPIPE_KAFKA_BOOTSTRAP` says one is given, and hands it
+   to pytest through the variables `stack env` prints. A stack started here is marked ours
+   (`CDCPIPE_TEST_STACK_OWNED`), so the tests that stop and crash services may.
+2. Every test but those that restart the stack, in `--workers` processes (pytest-xdist, work stealing): most
+   of an integration test is waiting (a JVM starting, a connector snapshotting, a micro-batch trigger), and
+   the tests share nothing but the stack (each has its own topics, schemas, tables and job names).
+3. The `stack_lifecycle` tests, alone and last: no other test may see the stack go down.
+4. Stops the stack if it started it. The exit code is the first run's, else the second's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from tests.conftest import OWNED_VARIABLE, cdcpipe, parse_exports
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2, help="test processes of the first run (1: one at a time)")
+    args, pytest_args = parser.parse_known_args()
+    env = dict(os.environ)
+    started_here = False
+    if not env.get("CDCPIPE_KAFKA_BOOTSTRAP"):
+        up = cdcpipe("stack", "up", "--spark-cluster")
+        sys.stdout.write(up.stdout)
+        if up.returncode != 0:
+            sys.stderr.write(up.stderr)
+            return up.returncode
+        started_here = "healthy after" in up.stdout
+        exports = cdcpipe("stack", "env")
+        if exports.returncode != 0:
+            sys.stderr.write(exports.stderr)
+            return exports.returncode
+        env.update(parse_exports(exports.stdout))
+        env[OWNED_VARIABLE] = "1" if started_here else ""
+    try:
+        pytest = [sys.executable, "-m", "pytest"]
+        parallel = ["-n", str(args.workers), "--dist", "worksteal"] if args.workers > 1 else []
+        began = time.monotonic()
+        first = subprocess.run([*pytest, *parallel, "-m", "not stack_lifecycle", *pytest_args], env=env, check=False)
+        middle = time.monotonic()
+        second = subprocess.run([*pytest, "-m", "stack_lifecycle", *pytest_args], env=env, check=False)
+        print(
+            f"suite: {middle - began:.0f}s for the tests two at a time, {time.monotonic() - middle:.0f}s for those "
+            "that restart the stack"
+        )
+        # pytest exits 5 when a run selects nothing (a -k that matches only one half): not a failure.
+        codes = [code for code in (first.returncode, second.returncode) if code not in (0, 5)]
+        return codes[0] if codes else 0
+    finally:
+        if started_here:
+            down = cdcpipe("stack", "down")
+            sys.stdout.write(down.stdout + down.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
