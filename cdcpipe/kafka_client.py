@@ -8,7 +8,10 @@ client gets the same values under its own names (`java_properties`).
 
 from __future__ import annotations
 
+import functools
 import logging
+import socket
+import ssl
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -135,7 +138,7 @@ class KafkaSettings(StageSettings):
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """Librdkafka's configuration (confluent-kafka's Producer, Consumer, AdminClient), plus `extra`."""
-        return {**self.properties(), "error_cb": report_error, **extra}
+        return {**self.properties(), "error_cb": functools.partial(report_error, settings=self), **extra}
 
     def properties(self) -> dict[str, str]:
         """The settings under librdkafka's names, strings only (what a client file holds; JSON can carry it)."""
@@ -220,12 +223,17 @@ class _FileOnly(KafkaSettings):
 
 _log = logging.getLogger("cdcpipe.kafka")
 _last_said: dict[str, float] = {}  # each kind of problem explained, and when it was last logged
+_explained: dict[str, str] = {}  # each kind's explanation as last logged
 _latest: list[str] = []  # the problem explained last, for the error a failed request raises
 REPEAT_AFTER_S = 30.0
 
 
-def explain(error: KafkaError) -> str | None:
-    """What a user must fix for a client error, or None for one librdkafka retries by itself."""
+def explain(error: KafkaError, settings: KafkaSettings | None = None) -> str | None:
+    """What a user must fix for a client error, or None for one librdkafka retries by itself.
+
+    Given the client's settings, a refused certificate is looked at again to say why (librdkafka only says
+    "certificate verify failed").
+    """
     code = error.code()
     if code == KafkaError._AUTHENTICATION:
         return (
@@ -233,23 +241,48 @@ def explain(error: KafkaError) -> str | None:
             "CDCPIPE_KAFKA_SASL_* or the CDCPIPE_KAFKA_CONFIG file"
         )
     if code == KafkaError._SSL or "certificate verify failed" in error.str():
+        reason = tls_refusal(settings) if settings else None
         return (
-            f"TLS handshake failed ({error.str()}); the broker's certificate must be valid (not expired) and "
-            "signed by a CA in ssl.ca.location (CDCPIPE_KAFKA_SSL_CA_LOCATION)"
+            f"TLS handshake failed{': ' + reason if reason else ''} ({error.str()}); the broker's certificate must be valid (not expired) and signed by a CA in "
+            "ssl.ca.location (CDCPIPE_KAFKA_SSL_CA_LOCATION), and name the host the client dials"
         )
     return None
 
 
-def report_error(error: KafkaError) -> None:
+def tls_refusal(settings: KafkaSettings) -> str | None:
+    """OpenSSL's reason for refusing the first bootstrap server's certificate ("certificate has expired"...).
+
+    A TLS handshake of our own, checked as librdkafka checks it; None if it succeeds or the server is not reached.
+    """
+    host, _, port = settings.kafka_bootstrap.split(",")[0].strip().rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    context = ssl.create_default_context(
+        cafile=str(settings.kafka_ssl_ca_location) if settings.kafka_ssl_ca_location else None
+    )
+    context.check_hostname = settings.kafka_ssl_endpoint_identification_algorithm == "https"
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=5) as sock,
+            context.wrap_socket(sock, server_hostname=host),
+        ):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        return str(exc.verify_message)
+    except OSError:
+        return None
+
+
+def report_error(error: KafkaError, settings: KafkaSettings | None = None) -> None:
     """Librdkafka's error callback: an error a user must fix is logged with the fix (once per 30 s)."""
-    said = explain(error)
-    if said is None:
+    if explain(error) is None:
         return
-    _latest[:] = [said]
     now, kind = time.monotonic(), error.name()  # the message varies per attempt ("after 308ms"); the kind not
     if now - _last_said.get(kind, -REPEAT_AFTER_S) >= REPEAT_AFTER_S:
         _last_said[kind] = now
-        _log.error("kafka: %s", said)
+        _explained[kind] = explain(error, settings) or ""
+        _log.error("kafka: %s", _explained[kind])
+    _latest[:] = [_explained[kind]]
 
 
 def unreachable_reason(client: Any, exc: Exception) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -41,14 +42,22 @@ def test_a_client_file_is_written_for_its_owner_only_and_read_back(client_file: 
     assert read_properties(client_file)["sasl.password"] == 'se"cr\\et'
 
 
+def reports_for(callback: object) -> object:
+    """The settings an error callback explains errors with: it must be report_error bound to them."""
+    assert isinstance(callback, functools.partial)
+    assert callback.func is report_error
+    return callback.keywords["settings"]
+
+
 def test_the_file_configures_librdkafka_as_it_is(client_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CDCPIPE_KAFKA_CONFIG", str(client_file))
-    config = KafkaSettings.load().client_config(acks="all")
+    settings = KafkaSettings.load()
+    config = settings.client_config(acks="all")
+    assert reports_for(config.pop("error_cb")) == settings
     assert config == {
         **SECURED,
         "ssl.ca.location": str(client_file.with_name("ca.pem")),
         "ssl.endpoint.identification.algorithm": "https",
-        "error_cb": report_error,
         "acks": "all",
     }
 
@@ -80,11 +89,9 @@ def test_the_java_client_gets_a_jaas_login_and_the_ca_inline(client_file: Path) 
 
 def test_a_plaintext_cluster_needs_only_its_address() -> None:
     settings = KafkaSettings(kafka_bootstrap="h:9092")
-    assert settings.client_config() == {
-        "bootstrap.servers": "h:9092",
-        "security.protocol": "PLAINTEXT",
-        "error_cb": report_error,
-    }
+    config = settings.client_config()
+    assert reports_for(config.pop("error_cb")) == settings
+    assert config == {"bootstrap.servers": "h:9092", "security.protocol": "PLAINTEXT"}
     assert settings.spark_options() == {"kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "PLAINTEXT"}
 
 

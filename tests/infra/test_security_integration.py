@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import pwd
 import subprocess
@@ -12,6 +13,9 @@ import httpx
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from cdcpipe.kafka_client import read_properties, write_properties
 from infra import tls
@@ -59,7 +63,31 @@ def test_a_broker_certificate_from_another_ca_is_refused(stack: Stack, tmp_path:
         stack, client_file(stack, tmp_path, **{"ssl.ca.location": str(other / "ca.pem")}), tmp_path
     )
     assert code != 0
-    assert "TLS handshake failed" in output
+    assert "TLS handshake failed: certificate signature failure" in output, output
+    assert "ssl.ca.location" in output
+
+
+def test_an_expired_certificate_is_said_as_such(stack: Stack, tmp_path: Path) -> None:
+    """The stack's own CA, re-issued with the same key and name but valid only until yesterday."""
+    folder = stack.home / "state" / "tls"
+    ca = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
+    key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    now = dt.datetime.now(dt.UTC)
+    builder = x509.CertificateBuilder(
+        subject_name=ca.subject,
+        issuer_name=ca.subject,
+        public_key=ca.public_key(),
+        serial_number=x509.random_serial_number(),
+        not_valid_before=now - dt.timedelta(days=30),
+        not_valid_after=now - dt.timedelta(days=1),
+        extensions=list(ca.extensions),
+    )
+    path = tmp_path / "expired-ca.pem"
+    path.write_bytes(builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    code, output = topics_apply(stack, client_file(stack, tmp_path, **{"ssl.ca.location": str(path)}), tmp_path)
+    assert code != 0
+    assert "TLS handshake failed: certificate has expired" in output, output
     assert "ssl.ca.location" in output
 
 
