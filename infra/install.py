@@ -84,11 +84,13 @@ def run(cmd: list[str], what: str, **kwargs: object) -> None:
 
 
 def system_packages(versions: dict[str, dict[str, str]]) -> None:
-    """Install the Debian packages that are missing (PostgreSQL server, kcat, Java, Maven)."""
+    """Install the Debian packages that are missing (PostgreSQL server, kcat, acl, Java, Maven)."""
     pg_major = versions["stack"]["postgres_major"]
     wanted = {
         f"postgresql-{pg_major}": Path(f"/usr/lib/postgresql/{pg_major}/bin/postgres"),
         "kcat": Path("/usr/bin/kcat"),
+        # setfacl: started as root, the stack shares its lake with the Spark executors' user (infra/service_user.py)
+        "acl": Path("/usr/bin/setfacl"),
     }
     missing = [pkg for pkg, probe in wanted.items() if not probe.exists()]
     if shutil.which("java") is None:

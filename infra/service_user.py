@@ -67,6 +67,30 @@ def hand_over(user: str | None, *paths: Path) -> None:
                     os.chown(Path(parent) / name, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
 
+def share_folder(user: str | None, folder: Path) -> None:
+    """Let `user` create and remove what it likes under `folder`, however its other writers' umask is set.
+
+    The lake's writers are two users when the stack is started as root: the Spark executors (the service user)
+    write data files into table folders that the drivers (you) created. A default ACL makes every folder and
+    file made below `folder` writable by `user` as well, whoever makes it; what is already there is granted too.
+    """
+    if user is None:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    grant = f"u:{user}:rwX,d:u:{user}:rwX,m::rwX,d:m::rwX"
+    done = subprocess.run(  # noqa: S603
+        [shutil.which("setfacl") or "/usr/bin/setfacl", "-R", "-m", grant, str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ServiceStartError(
+            f"sharing the lake {folder} with the Spark executors' user {user!r} failed: {done.stderr.strip()}; "
+            "`make install` installs setfacl (Debian package acl), and the file system must support ACLs"
+        )
+
+
 def can_reach(path: Path) -> bool:
     """Whether any user may traverse every folder above `path` (a checkout under /root, say, not)."""
     return all(parent.stat().st_mode & 0o001 for parent in path.resolve().parents)

@@ -76,6 +76,10 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # Kafka allows a header name more than once; building the headers map must not fail the job on it.
         # The last value wins, as Kafka's Headers.lastHeader() reads it (outbox_events takes the last too).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+        # Hadoop chmods each folder it makes to 0777 less this mask, which also caps what an ACL grants: with the
+        # default 022, executors of a shared cluster (another OS user, given the lake by a default ACL, as the
+        # local stack does) could not write data files into the table folders the driver made.
+        "spark.hadoop.fs.permissions.umask-mode": "002",
         # The Kafka source's options hold the SASL login (sasl.jaas.config) and maybe a private key: never shown.
         "spark.redaction.regex": SPARK_REDACTION_REGEX,
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -172,6 +173,19 @@ def stack() -> Iterator[Stack]:
         if started_here:
             down = cdcpipe("stack", "down")
             sys.stderr.write(f"\n{down.stdout}{down.stderr}")
+
+
+@pytest.fixture
+def cluster_path(stack: Stack) -> Iterator[Path]:
+    """A folder of its own under the stack's lake, for a test whose executors run on the Spark cluster.
+
+    Started as root, the cluster's executors run as the service user and may write only where the stack shared
+    with them (its lake), as on a real cluster; a pytest tmp_path (0700, root's) is closed to them.
+    """
+    path = stack.lake / "tests" / uuid.uuid4().hex[:10]
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import httpx
 from cdcpipe.private_files import write_private
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError
+from infra.service_user import hand_over, share_folder
 from infra.services.base import PortSpec, Service
 from infra.stack_secrets import secret
 
@@ -31,6 +32,9 @@ class _SparkDaemon(Service):
     def spark_defaults(self) -> Path:
         return self.settings.state / "conf" / "spark-defaults.conf"
 
+    def run_as(self) -> str | None:
+        return self._jvm_user()
+
     def prepare(self) -> None:
         path = self.spark_defaults()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,6 +45,7 @@ class _SparkDaemon(Service):
             "spark.master.rest.enabled false\nspark.ui.reverseProxy false\nspark.worker.cleanup.enabled true\n"
             f"spark.authenticate true\nspark.authenticate.secret {authenticate_secret(self.settings)}\n",
         )
+        hand_over(self.run_as(), path)
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -114,9 +119,18 @@ class SparkWorker(_SparkDaemon):
     def ports(self) -> list[PortSpec]:
         return [PortSpec(self.settings.spark_worker_ui_port, "CDCPIPE_SPARK_WORKER_UI_PORT")]
 
+    @property
+    def work_dir(self) -> Path:
+        return self.settings.state / "spark" / "work"
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        hand_over(self.run_as(), self.work_dir)
+        # Its executors write data files into the tables the drivers create (drivers run as whoever starts them).
+        share_folder(self.run_as(), self.settings.lake)
+
     def command(self) -> list[str]:
-        work = self.settings.state / "spark" / "work"
-        work.mkdir(parents=True, exist_ok=True)
         return self._spark_class(
             "org.apache.spark.deploy.worker.Worker",
             self.settings.spark_master_url,
@@ -129,7 +143,7 @@ class SparkWorker(_SparkDaemon):
             "--webui-port",
             str(self.settings.spark_worker_ui_port),
             "--work-dir",
-            str(work),
+            str(self.work_dir),
         )
 
     def check_health(self) -> None:

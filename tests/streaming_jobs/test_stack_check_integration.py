@@ -73,11 +73,11 @@ def test_local_session_reads_kafka_and_writes_delta(stack: Stack, topic: str, tm
     assert sorted(r["value"] for r in read_back(table)) == sorted(values + more)  # type: ignore[type-var]
 
 
-def test_a_job_submitted_to_the_standalone_master_runs_there(stack: Stack, topic: str, tmp_path: Path) -> None:
+def test_a_job_submitted_to_the_standalone_master_runs_there(stack: Stack, topic: str, cluster_path: Path) -> None:
     if not stack.cluster:
         pytest.skip("no Spark standalone master in this stack (start it with `cdcpipe stack up --spark-cluster`)")
     values = send(stack, topic, 150)
-    table = tmp_path / "events"
+    table = cluster_path / "events"  # the executors write its data files: a folder the stack shares with them
     result = run_check(stack, topic, table, stack.cluster)
     assert result["master"] == stack.cluster
     assert sorted(r["value"] for r in read_back(table)) == sorted(values)  # type: ignore[type-var]

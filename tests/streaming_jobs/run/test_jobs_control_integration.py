@@ -95,9 +95,10 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
         cdcpipe("jobs", "stop", name, env=env)
 
 
-def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, tmp_path: Path) -> None:
+def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, cluster_path: Path) -> None:
     if not stack.cluster:
         pytest.skip("no Spark standalone master in this stack (cdcpipe stack up --spark-cluster)")
+    tmp_path = cluster_path  # the job's lake must be one the executors may write
     name, env = job_env(stack, tmp_path, "event_log", topic)
     ids = send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(10)])
     # As after `eval "$(cdcpipe stack env)"` with the cluster up: the job goes where CDCPIPE_SPARK_MASTER says.
