@@ -113,7 +113,9 @@ def main() -> None:
                     settings = RelaySettings.load(pg_dsn=dsn, kafka=kafka, topic_pattern=pattern, batch_size=BATCH)
                     rounds[mode]["kafka"].append(kafka_ceiling(settings, topic, args.events))
                     relay_env = {
-                        **env,
+                        # The client file alone says where and how to connect: a CDCPIPE_KAFKA_* variable of the
+                        # stack's (its TLS bootstrap) would win over the plaintext file's.
+                        **{k: v for k, v in env.items() if not k.startswith("CDCPIPE_KAFKA_")},
                         "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
                         "CDCPIPE_TOPIC_PATTERN": pattern,
                         "CDCPIPE_METRICS_PORT": "0",
