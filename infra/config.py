@@ -33,6 +33,8 @@ class StackSettings(StageSettings):
     kafka_heap: str = Field("768m", description="broker JVM heap (-Xmx)")
     connect_port: int = Field(8083, description="Kafka Connect REST port")
     connect_heap: str = Field("768m", description="Connect worker JVM heap (-Xmx)")
+    s3_port: int = Field(9000, description="S3-compatible object store port (s3proxy)")
+    s3_heap: str = Field("256m", description="object store JVM heap (-Xmx)")
     spark_master_port: int = Field(7077, description="Spark standalone master port (with --spark-cluster)")
     spark_master_ui_port: int = Field(8080, description="Spark master web UI port")
     spark_worker_ui_port: int = Field(8081, description="Spark worker web UI port")
@@ -47,6 +49,7 @@ class StackSettings(StageSettings):
         "kafka_controller_port",
         "kafka_plaintext_port",
         "connect_port",
+        "s3_port",
         "spark_master_port",
         "spark_master_ui_port",
         "spark_worker_ui_port",
@@ -59,7 +62,7 @@ class StackSettings(StageSettings):
             raise ValueError("a port must be between 1024 and 65535")
         return value
 
-    @field_validator("kafka_heap", "connect_heap", "spark_worker_memory")
+    @field_validator("kafka_heap", "connect_heap", "s3_heap", "spark_worker_memory")
     @classmethod
     def _jvm_size(cls, value: str) -> str:
         if not value[:-1].isdigit() or value[-1].lower() not in "kmg":
@@ -100,6 +103,10 @@ class StackSettings(StageSettings):
     def lake(self) -> Path:
         """Root folder of the Delta tables and Spark checkpoints."""
         return self.state / "lake"
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.s3_port}"
 
     @property
     def kafka_bootstrap(self) -> str:

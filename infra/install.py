@@ -39,6 +39,7 @@ JAR_PROFILES = {
     "connect": LIB / "connect",
     "debezium-postgres": LIB / "plugins" / "debezium-connector-postgres",
     "spark": LIB / "spark",
+    "s3proxy": LIB / "s3proxy",
 }
 TRANSFORMS_PLUGIN = LIB / "plugins" / "cdcpipe-transforms"
 
@@ -179,6 +180,7 @@ def jars(versions: dict[str, dict[str, str]]) -> None:
         "version.debezium": stack["debezium"],
         "version.spark": stack["spark"],
         "version.delta": stack["delta"],
+        "version.s3proxy": stack["s3proxy"],
     }
     wanted = digest(VERSIONS_FILE.read_bytes(), JARS_POM.read_bytes(), MAVEN_SETTINGS.read_bytes())
     for profile, folder in JAR_PROFILES.items():

@@ -17,6 +17,7 @@ from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
 from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
 from infra.services.base import RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
+from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, ObjectStore, secret_key
 from infra.stack_secrets import secret_file
 
 Report = Callable[[str], None]
@@ -190,7 +191,11 @@ def down(settings: StackSettings, *, purge: bool = False, report: Report = print
 
 
 def env_exports(settings: StackSettings) -> list[str]:
-    """Shell exports that wire any tool to this stack. No secret: libpq reads the password from PGPASSFILE."""
+    """Shell exports that wire any tool to this stack.
+
+    No secret but the object store's key, in the variables every S3 client reads (the AWS SDKs and CLIs,
+    delta-rs); every other tool reads its password from a file named here (libpq from PGPASSFILE).
+    """
     return [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
 
 
@@ -218,6 +223,13 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_DEBEZIUM_PASSWORD_FILE": str(secret_file(settings, "debezium_password")),
         "CDCPIPE_LAKE": str(settings.lake),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
+        # The object store, as any S3 client reads it (http on loopback: delta-rs wants AWS_ALLOW_HTTP for that).
+        "AWS_ENDPOINT_URL": settings.s3_endpoint,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": secret_key(ObjectStore(settings)),
+        "AWS_REGION": REGION,
+        "AWS_ALLOW_HTTP": "true",
+        "CDCPIPE_S3_LAKE": f"s3a://{BUCKET}/lake",
     }
     if SparkMaster(settings).process.pid() is not None:
         # Jobs read CDCPIPE_SPARK_MASTER: with the cluster up, they run on it (each capped by spark_cores_max).

@@ -53,3 +53,15 @@ class SparkSettings(StageSettings):
     @classmethod
     def _colon_separated(cls, value: object) -> object:
         return split_list(value, ":")
+
+    @field_validator("lake", mode="before")
+    @classmethod
+    def _a_folder(cls, value: object) -> object:
+        # A URL taken as a Path would become a relative folder named "s3a:" beside wherever the job started.
+        if isinstance(value, str) and "://" in value:
+            raise ValueError(
+                f"{value!r} is a URL, and the jobs' lake is a local folder for now (the writer's lock and the applied "
+                "offsets are read through the file system): set CDCPIPE_LAKE to a folder; object-store lakes are "
+                "not supported yet"
+            )
+        return value

@@ -148,7 +148,7 @@ def stack() -> Iterator[Stack]:
         ]
         if missing:
             pytest.fail(f'CDCPIPE_KAFKA_BOOTSTRAP is set but {missing} are not: eval "$(cdcpipe stack env)" sets all')
-        keys = [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]
+        keys = [k for k in os.environ if k.startswith(("CDCPIPE_", "AWS_")) or k == "PGPASSFILE"]
         # `python -m tests.suite` (make test) marks a stack it started as the session's own: its tests may
         # stop and crash it. A stack you started yourself is left alone.
         yield Stack.of({k: os.environ[k] for k in keys}, started_here=os.environ.get(OWNED_VARIABLE) == "1")

@@ -8,10 +8,11 @@ from __future__ import annotations
 from infra.services.base import PortSpec, Service
 from infra.services.connect import Connect
 from infra.services.kafka import Kafka
+from infra.services.object_store import ObjectStore
 from infra.services.postgres import Postgres
 from infra.services.spark import SparkMaster, SparkWorker
 
-CORE_SERVICES: tuple[type[Service], ...] = (Postgres, Kafka, Connect)
+CORE_SERVICES: tuple[type[Service], ...] = (Postgres, Kafka, Connect, ObjectStore)
 SPARK_SERVICES: tuple[type[Service], ...] = (SparkMaster, SparkWorker)
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SPARK_SERVICES",
     "Connect",
     "Kafka",
+    "ObjectStore",
     "PortSpec",
     "Postgres",
     "Service",

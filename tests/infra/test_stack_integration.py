@@ -171,19 +171,19 @@ def test_up_twice_leaves_one_of_each(stack: Stack) -> None:
     }
     again = cdcpipe("stack", "up", "--spark-cluster", env=stack.process_env())
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already running") == 5, again.stdout
+    assert again.stdout.count("already running") == 6, again.stdout
     after = {
         r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
     }
     assert after == before
-    assert len(after) == 5
+    assert len(after) == 6
 
 
 def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> None:
     result = cdcpipe("stack", "status", "--json", env=stack.process_env())
     assert result.returncode == 0, result.stdout
     rows = {row["service"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"postgres", "kafka", "connect", "spark-master", "spark-worker"}
+    assert set(rows) == {"postgres", "kafka", "connect", "s3", "spark-master", "spark-worker"}
     for row in rows.values():
         assert row["healthy"], row
         assert row["rss_bytes"] > 10 * 2**20, row
@@ -207,7 +207,7 @@ def test_env_exports_wire_a_tool_to_the_stack(stack: Stack) -> None:
     assert shell.stdout.strip() == "42", shell.stderr
 
 
-@pytest.mark.parametrize("service", ["kafka", "connect"])
+@pytest.mark.parametrize("service", ["kafka", "connect", "s3"])
 def test_each_jvm_logs_its_pauses_where_the_benchmark_reads_them(stack: Stack, service: str) -> None:
     log = gc_log.log_file(stack.home / "logs", service)
     assert log.exists(), f"{log} is missing: a stack started before GC logging; restart it (cdcpipe stack down, up)"

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import psycopg
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer
+from deltalake import DeltaTable, write_deltalake
 
 from tests.conftest import Stack, cdcpipe
 
@@ -42,6 +44,9 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"], autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS lifecycle_marker (note text)")
         conn.execute("INSERT INTO lifecycle_marker VALUES (%s)", (topic,))
+    s3 = {k: v for k, v in stack.env.items() if k.startswith("AWS_")}
+    table = f"s3://{stack.env['CDCPIPE_S3_LAKE'].removeprefix('s3a://').split('/')[0]}/lifecycle/{topic}"
+    write_deltalake(table, pa.table({"note": ["survives a restart"]}), storage_options=s3)
     producer = Producer({**stack.kafka_config(), "acks": "all"})
     producer.produce(topic, key="k", value="survives a restart")
     assert producer.flush(30) == 0
@@ -57,10 +62,11 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
 
     up = cdcpipe("stack", "up", "--spark-cluster", env=env)
     assert up.returncode == 0, up.stderr
-    assert up.stdout.count("healthy after") == 5
+    assert up.stdout.count("healthy after") == 6
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
         notes = [row[0] for row in conn.execute("SELECT note FROM lifecycle_marker")]
     assert topic in notes
+    assert DeltaTable(table, storage_options=s3).to_pyarrow_table().column("note").to_pylist() == ["survives a restart"]
     consumer = Consumer({**stack.kafka_config(), "group.id": topic, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     message = consumer.poll(60)

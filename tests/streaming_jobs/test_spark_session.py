@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cdcpipe.errors import ConfigError
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import SparkJarsMissingError
 from streaming_jobs.spark_session import REQUIRED_JARS, session_conf
@@ -93,3 +94,13 @@ def test_a_job_on_a_cluster_with_a_secret_authenticates_and_the_secret_is_redact
         SparkSettings.load(spark_jars_dir=folder, spark_master="local[2]", spark_authenticate_secret_file=secret), "t"
     )
     assert "spark.authenticate" not in local
+
+
+def test_a_lake_given_as_a_url_is_refused_not_taken_for_a_relative_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CDCPIPE_LAKE", "s3a://cdcpipe/lake")
+    with pytest.raises(ConfigError, match="CDCPIPE_LAKE to a folder"):
+        SparkSettings.load()
+    assert list(tmp_path.iterdir()) == []
