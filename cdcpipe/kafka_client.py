@@ -243,8 +243,9 @@ def explain(error: KafkaError, settings: KafkaSettings | None = None) -> str | N
     if code == KafkaError._SSL or "certificate verify failed" in error.str():
         reason = tls_refusal(settings) if settings else None
         return (
-            f"TLS handshake failed{': ' + reason if reason else ''} ({error.str()}); the broker's certificate must be valid (not expired) and signed by a CA in "
-            "ssl.ca.location (CDCPIPE_KAFKA_SSL_CA_LOCATION), and name the host the client dials"
+            f"TLS handshake failed{': ' + reason if reason else ''} ({error.str()}); the broker's certificate must "
+            "be valid (not expired), signed by a CA in ssl.ca.location (CDCPIPE_KAFKA_SSL_CA_LOCATION) and name the "
+            "host the client dials"
         )
     return None
 
