@@ -17,7 +17,7 @@ from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
 from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
 from infra.services.base import RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
-from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, ObjectStore, secret_key
+from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, secret_key
 from infra.stack_secrets import secret_file
 
 Report = Callable[[str], None]
@@ -226,7 +226,7 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         # The object store, as any S3 client reads it (http on loopback: delta-rs wants AWS_ALLOW_HTTP for that).
         "AWS_ENDPOINT_URL": settings.s3_endpoint,
         "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": secret_key(ObjectStore(settings)),
+        "AWS_SECRET_ACCESS_KEY": secret_key(settings),
         "AWS_REGION": REGION,
         "AWS_ALLOW_HTTP": "true",
         "CDCPIPE_S3_LAKE": f"s3a://{BUCKET}/lake",

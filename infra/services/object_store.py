@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from cdcpipe.private_files import write_private
+from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError
 from infra.service_user import hand_over
 from infra.services.base import PortSpec, Service, properties
@@ -32,9 +33,9 @@ LOGBACK_XML = """\
 """
 
 
-def secret_key(service: Service) -> str:
+def secret_key(settings: StackSettings) -> str:
     """The object store's secret access key (state/secrets/s3_secret_key)."""
-    return secret(service.settings, "s3_secret_key")
+    return secret(settings, "s3_secret_key")
 
 
 class ObjectStore(Service):
@@ -77,7 +78,7 @@ class ObjectStore(Service):
                     "s3proxy.endpoint": self.settings.s3_endpoint,
                     "s3proxy.authorization": "aws-v2-or-v4",
                     "s3proxy.identity": ACCESS_KEY,
-                    "s3proxy.credential": secret_key(self),
+                    "s3proxy.credential": secret_key(self.settings),
                     "jclouds.provider": "filesystem-nio2",
                     # The backend's own login, which a folder does not check; the S3 clients' is s3proxy's above.
                     "jclouds.identity": "local",
