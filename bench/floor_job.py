@@ -18,18 +18,18 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 from pyspark.sql import DataFrame
 from pyspark.sql.functions import col
 
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import write_progress
 from streaming_jobs.spark_session import build_spark_session
 
 
 def main() -> None:
-    topic, table, checkpoint = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    topic, table, checkpoint = sys.argv[1], sys.argv[2], LakePath.of(sys.argv[3])
     settings = SparkSettings.load()
     spark = build_spark_session(settings, app_name="cdcpipe-bench-floor")
     stop = threading.Event()

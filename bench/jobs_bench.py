@@ -1,6 +1,6 @@
 """Streaming job benchmark: commit in Postgres -> row in the Delta read model, and what a job sustains.
 
-    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000] [--no-floor]
+    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000] [--no-floor] [--lakes local,s3]
 
 Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
 
@@ -12,6 +12,8 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   (`bench/floor_job.py`): what Spark micro-batches and a Delta commit cost here, whatever the job does.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
+Each measurement runs on each lake asked for, one after the other in one run: the stack's local folder
+(`local`) and its object store (`s3`, through S3A); `s3_vs_local` holds the ratios.
 Writes bench/results/jobs.json; prints it.
 """
 
@@ -39,6 +41,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
+from pyarrow import fs as pafs
 from relay_bench import (
     PAD,
     create_bench_topics,
@@ -54,6 +57,7 @@ from relay_bench import (
 from infra.config import StackSettings
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import PROGRESS_FILE
 
 RESULTS = Path(__file__).parent / "results"
@@ -78,7 +82,7 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def latency(
-    env: dict[str, str], lake: Path, tag: str, rate: int, seconds: float, *, floor: bool = False
+    env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, *, floor: bool = False
 ) -> dict[str, Any]:
     """Commit in Postgres -> row visible in Delta, through the relay and an event-log job (or the floor job)."""
     dsn = env["CDCPIPE_PG_DSN"]
@@ -87,7 +91,7 @@ def latency(
         schema_outbox.apply(conn, names, SchemaSettings.load(pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}"))
     topic = f"jobs.{tag}.bench"
     create_topic(env, topic)
-    jobs = lake / "_bench_jobs"
+    jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"latency_{tag}"
     job_file(jobs, name, "event_log", topic, "1s")
     job_env = {**env, "CDCPIPE_LAKE": str(lake), "CDCPIPE_JOBS_DIRS": str(jobs)}
@@ -102,7 +106,7 @@ def latency(
     job_log = (RESULTS / "jobs_bench_job.log").open("wb")
     checkpoint = lake / "_checkpoints" / name
     if floor:
-        checkpoint.mkdir(parents=True)  # for its progress file before Spark's first write
+        checkpoint.mkdir()  # for its progress file before Spark's first write
         command = [
             sys.executable,
             str(Path(__file__).parent / "floor_job.py"),
@@ -144,6 +148,7 @@ def latency(
     finally:
         driver.send_signal(signal.SIGTERM)
         driver.wait(180)
+        shutil.rmtree(jobs, ignore_errors=True)
         relay.send_signal(signal.SIGTERM)
         relay.wait(60)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -227,7 +232,7 @@ def _cpu_shares(
     return {group: round(100 * used / hz / wall, 1) for group, used in sorted(shares.items(), key=lambda kv: -kv[1])}
 
 
-def _watch_batches(checkpoint: Path, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
+def _watch_batches(checkpoint: LakePath, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
     """Collect each micro-batch's progress (rows, Spark's time per phase) as the job writes it."""
     path = checkpoint / PROGRESS_FILE
     while not done.wait(0.2):
@@ -267,7 +272,7 @@ def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns:
     return result
 
 
-def _wait_rows(table: Path, expected: int, timeout_s: float = 120) -> int:
+def _wait_rows(table: LakePath, expected: int, timeout_s: float = 120) -> int:
     """How many rows the table holds once it holds `expected`, or at the timeout.
 
     Counted from the commits' own record counts, each commit file read once: reading the table's data
@@ -290,21 +295,24 @@ def _wait_rows(table: Path, expected: int, timeout_s: float = 120) -> int:
     return count
 
 
-def _visible_at(table: Path) -> list[tuple[int, float]]:
+def _visible_at(table: LakePath) -> list[tuple[int, float]]:
     """(scheduled commit ns, when a reader could first see the row) for every row of the table.
 
     A row becomes visible when the Delta commit file that adds its data file is written: that file's
-    modification time, read from the log itself. Not the micro-batch's start (`_applied_at`), which comes
-    a whole batch earlier.
+    modification time (on an object store, the object's LastModified), read from the log itself. Not the
+    micro-batch's start (`_applied_at`), which comes a whole batch earlier.
     """
     out: list[tuple[int, float]] = []
-    for commit in sorted((table / "_delta_log").glob("*.json")):
-        visible = commit.stat().st_mtime
-        for line in commit.read_text().splitlines():
+    filesystem, log = (table / "_delta_log").filesystem()
+    commits = filesystem.get_file_info(pafs.FileSelector(log))
+    for commit in sorted((c for c in commits if c.path.endswith(".json")), key=lambda c: c.path):
+        visible = commit.mtime.timestamp()
+        for line in (table / "_delta_log" / commit.base_name).read_text().splitlines():
             add = json.loads(line).get("add")
             if add is None or not add.get("dataChange", True):
                 continue  # a compaction rewrites rows that were visible before
-            for payload in pq.read_table(table / unquote(add["path"]), columns=["payload"]).column(0).to_pylist():
+            data_fs, data = (table / unquote(add["path"])).filesystem()
+            for payload in pq.read_table(data, columns=["payload"], filesystem=data_fs).column(0).to_pylist():
                 text = str(payload)
                 out.append((int(text[text.index(":") + 1 : text.index(",")]), visible))
     return out
@@ -329,11 +337,11 @@ def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000)
     producer.flush()
 
 
-def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[str, Any]:
+def throughput(env: dict[str, str], lake: LakePath, tag: str, events: int) -> dict[str, Any]:
     topic = f"jobs.{tag}.throughput"
     create_topic(env, topic)
     fill_topic(env, topic, events)
-    jobs = lake / "_bench_jobs"
+    jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"throughput_{tag}"
     job_file(jobs, name, "latest_state", topic, "available-now")
     began = time.monotonic()
@@ -343,6 +351,7 @@ def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[s
         check=True,
         capture_output=True,
     )
+    shutil.rmtree(jobs, ignore_errors=True)
     wall = time.monotonic() - began
     progress = json.loads((lake / "_checkpoints" / name / PROGRESS_FILE).read_text())
     return {
@@ -355,37 +364,80 @@ def throughput(env: dict[str, str], lake: Path, tag: str, events: int) -> dict[s
     }
 
 
+LAKES = {"local": "CDCPIPE_LOCAL_LAKE", "s3": "CDCPIPE_S3_LAKE"}  # what `stack env` names each lake
+
+
+def ratios(local: dict[str, Any], s3: dict[str, Any]) -> dict[str, float | None]:
+    """The object store's figures over the local folder's (latency: > 1 is slower; events/s: < 1 is slower)."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return round(b / a, 2) if a and b else None
+
+    def p(result: dict[str, Any] | None, key: str) -> float | None:
+        return ((result or {}).get("latency_s") or {}).get(key)
+
+    return {
+        "latency_p50": ratio(p(local["latency"], "p50"), p(s3["latency"], "p50")),
+        "latency_p99": ratio(p(local["latency"], "p99"), p(s3["latency"], "p99")),
+        "floor_latency_p50": ratio(p(local["latency_floor"], "p50"), p(s3["latency_floor"], "p50")),
+        "throughput_last_batch_rows_per_s": ratio(
+            local["throughput"]["last_batch_rows_per_s"], s3["throughput"]["last_batch_rows_per_s"]
+        ),
+        "throughput_with_startup": ratio(
+            local["throughput"]["events_per_s_with_startup"], s3["throughput"]["events_per_s_with_startup"]
+        ),
+    }
+
+
 def main() -> None:
-    """Run both measurements and print the figures."""
+    """Run the measurements on each lake and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare Kafka -> Delta job")
+    parser.add_argument("--lakes", default="local,s3", help="comma-separated: local (a folder), s3 (the object store)")
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]
-    lake = Path(env["CDCPIPE_LAKE"]) / f"_bench_{tag}"
+    chosen = [lake.strip() for lake in args.lakes.split(",") if lake.strip()]
+    unknown = sorted(set(chosen) - set(LAKES))
+    if unknown:
+        parser.error(f"--lakes: {', '.join(unknown)} unknown; pick from {', '.join(LAKES)}")
+    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count()}
+    topics: list[str] = []
     try:
-        result = {
-            "benchmark": "streaming_jobs",
-            "cores": os.cpu_count(),
-            "latency": latency(env, lake, tag, args.rate, args.seconds),
-            # The same load through a bare Kafka -> Delta append (bench/floor_job.py): what any job pays here.
-            "latency_floor": latency(env, lake, f"{tag}f", args.rate, args.seconds, floor=True) if args.floor else None,
-            "throughput": throughput(env, lake, tag, args.events),
-            "note": "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, event log); after a warm-up of the same load. latency_floor: the same load and measure through bench/floor_job.py, a bare Kafka -> Delta append with the idempotent-write marker and nothing else",
-        }
+        for index, kind in enumerate(chosen):
+            lake = LakePath.of(f"{env[LAKES[kind]]}/_bench_{tag}")
+            run = f"{tag}{index}"
+            topics += [f"jobs.{run}.bench", f"jobs.{run}f.bench", f"jobs.{run}.throughput"]
+            try:
+                result[kind] = {
+                    "lake": str(lake),
+                    "latency": latency(env, lake, run, args.rate, args.seconds),
+                    # The same load through a bare Kafka -> Delta append (bench/floor_job.py): what any job pays.
+                    "latency_floor": latency(env, lake, f"{run}f", args.rate, args.seconds, floor=True)
+                    if args.floor
+                    else None,
+                    "throughput": throughput(env, lake, run, args.events),
+                }
+            finally:
+                lake.delete_tree()
+        if "local" in result and "s3" in result:
+            result["s3_vs_local"] = ratios(result["local"], result["s3"])
+        result["note"] = (
+            "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, "
+            "event log); after a warm-up of the same load. latency_floor: the same load and measure through "
+            "bench/floor_job.py, a bare Kafka -> Delta append with the idempotent-write marker and nothing else. "
+            "Each lake measured in turn in one run."
+        )
     finally:
         # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.
         admin = AdminClient(env_kafka(env).client_config())
-        for future in admin.delete_topics(
-            [f"jobs.{tag}.bench", f"jobs.{tag}f.bench", f"jobs.{tag}.throughput"]
-        ).values():
+        for future in admin.delete_topics(topics).values() if topics else []:
             with contextlib.suppress(Exception):  # a topic the run did not get to create
                 future.result(30)
-        shutil.rmtree(lake, ignore_errors=True)
     (RESULTS / "jobs.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

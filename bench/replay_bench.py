@@ -1,6 +1,7 @@
 """Replay benchmark: a latest-state read model rebuilt from a topic, and how the time grows with the events.
 
     python bench/replay_bench.py [--sizes 100000,250000,500000,1000000] [--chunk-size 250000] [--no-compare]
+                                 [--lakes local,s3]
 
 Needs the stack running (Kafka; Spark runs in this process, local[2], beside the whole stack on the two
 cores). One 4-partition topic is filled with the largest size of 1 KB AccountOpened events over 10,000
@@ -9,6 +10,8 @@ accounts; each size is then rebuilt into a fresh table with a fresh checkpoint b
 A latest-state replay is reduced to each key's newest event outside Spark (streaming_jobs.ranges.reduce) before
 Spark applies it; with --compare (the default) the largest size is also run with Spark reading every
 record (`--no-reduce`), and the ratio is reported.
+Each lake asked for is rebuilt into in turn, in one run: the stack's local folder (`local`) and its object store
+(`s3`, through S3A); `s3_vs_local` holds the ratio of seconds per size of the reduced path.
 Reported per size: seconds and events/s (Spark session start excluded, the same for every size); and the
 growth: a least-squares fit seconds = fixed + per-million x events, with each run's distance from it.
 Writes bench/results/replay.json; prints it.
@@ -31,6 +34,7 @@ from relay_bench import stack_env
 from infra.config import StackSettings
 
 RESULTS = Path(__file__).parent / "results"
+LAKES = {"local": "CDCPIPE_LOCAL_LAKE", "s3": "CDCPIPE_S3_LAKE"}  # what `stack env` names each lake
 
 
 def main() -> None:
@@ -41,12 +45,14 @@ def main() -> None:
     parser.add_argument(
         "--no-compare", dest="compare", action="store_false", help="skip the run where Spark reads every record"
     )
+    parser.add_argument("--lakes", default="local,s3", help="comma-separated: local (a folder), s3 (the object store)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     stack_env(StackSettings.load())
     tag = uuid.uuid4().hex[:8]
-    lake = Path(os.environ["CDCPIPE_LAKE"]) / f"_bench_replay_{tag}"
-    os.environ["CDCPIPE_LAKE"] = str(lake)
+    chosen = [lake.strip() for lake in args.lakes.split(",") if lake.strip()]
+    if set(chosen) - set(LAKES):
+        parser.error(f"--lakes: pick from {', '.join(LAKES)}")
     topic = f"replay.{tag}"
     env = dict(os.environ)
     create_topic(env, topic)
@@ -58,6 +64,7 @@ def main() -> None:
     from streaming_jobs.config import SparkSettings
     from streaming_jobs.jobs.locations import Location
     from streaming_jobs.jobs.spec import JobSpec
+    from streaming_jobs.lake.paths import LakePath
     from streaming_jobs.ranges.backfill import apply_range
     from streaming_jobs.ranges.positions import KafkaPositions, Position, resolve_range
     from streaming_jobs.spark_session import build_spark_session
@@ -73,8 +80,11 @@ def main() -> None:
     plan = [(True, min(20_000, sizes[0]), False), *[(True, n, True) for n in sizes]]
     if args.compare:
         plan += [(False, min(20_000, sizes[0]), False), (False, sizes[-1], True)]
+    lakes = [(kind, LakePath.of(f"{os.environ[LAKES[kind]]}/_bench_replay_{tag}")) for kind in chosen]
+    steps = [(kind, lake, *step) for kind, lake in lakes for step in plan]
     try:
-        for index, (reduce, size, reported) in enumerate(plan):
+        for index, (kind, lake, reduce, size, reported) in enumerate(steps):
+            settings = settings.model_copy(update={"lake": str(lake)})
             # Each partition's share of `size`, in proportion to what it holds (keys hash unevenly).
             scale = min(1.0, size / whole.total)
             span = type(whole)(
@@ -90,6 +100,7 @@ def main() -> None:
                 continue
             runs.append(
                 {
+                    "lake": kind,
                     "path": "reduced" if reduce else "spark_reads_every_record",
                     "events": span.total,
                     "seconds": round(outcome.seconds, 2),
@@ -102,7 +113,10 @@ def main() -> None:
             print(json.dumps(runs[-1]), flush=True)
     finally:
         spark.stop()
-    reduced = [r for r in runs if r["path"] == "reduced"]
+        for _, lake in lakes:
+            lake.delete_tree()
+    first = chosen[0]
+    reduced = [r for r in runs if r["path"] == "reduced" and r["lake"] == first]
     result: dict[str, Any] = {
         "benchmark": "replay_latest_state",
         "cores": os.cpu_count(),
@@ -112,10 +126,15 @@ def main() -> None:
         "chunk_size": args.chunk_size,
         "topic_fill_seconds": round(fill_s, 1),
         "runs": runs,
-        "growth": _growth(reduced),
+        "growth": _growth(reduced),  # of the first lake asked for
+        "growth_by_lake": {k: _growth([r for r in runs if r["path"] == "reduced" and r["lake"] == k]) for k in chosen},
         "goal_events_per_s": 100_000,
     }
-    largest = [r for r in runs if r["events"] == max(x["events"] for x in runs)]
+    if "local" in chosen and "s3" in chosen:
+        local = {r["events"]: r["seconds"] for r in runs if r["lake"] == "local" and r["path"] == "reduced"}
+        s3 = {r["events"]: r["seconds"] for r in runs if r["lake"] == "s3" and r["path"] == "reduced"}
+        result["s3_vs_local_seconds"] = {str(n): round(s3[n] / local[n], 2) for n in sorted(local) if n in s3}
+    largest = [r for r in runs if r["lake"] == first and r["events"] == max(x["events"] for x in runs)]
     if len(largest) == 2:
         fast, slow = sorted(largest, key=lambda r: r["seconds"])
         result["reduced_over_spark_reads_every_record"] = round(slow["seconds"] / fast["seconds"], 2)

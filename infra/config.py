@@ -10,6 +10,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from cdcpipe.home import default_home
 from cdcpipe.settings import StageSettings
 
+MAX_SPARK_WORKERS = 8  # `stack down` and `status` look for this many workers' pid files
+
 
 class StackSettings(StageSettings):
     """Where the stack lives and what it listens on. Every service binds 127.0.0.1 only."""
@@ -38,8 +40,14 @@ class StackSettings(StageSettings):
     spark_master_port: int = Field(7077, description="Spark standalone master port (with --spark-cluster)")
     spark_master_ui_port: int = Field(8080, description="Spark master web UI port")
     spark_worker_ui_port: int = Field(8081, description="Spark worker web UI port")
-    spark_worker_cores: int = Field(2, ge=1, description="cores the Spark worker offers")
-    spark_worker_memory: str = Field("2g", description="memory the Spark worker offers to executors")
+    spark_worker_cores: int = Field(2, ge=1, description="cores each Spark worker offers")
+    spark_worker_memory: str = Field("2g", description="memory each Spark worker offers to executors")
+    spark_workers: int = Field(
+        1,
+        ge=1,
+        le=MAX_SPARK_WORKERS,
+        description="Spark workers `stack up --spark-cluster` starts (the Nth's web UI on CDCPIPE_SPARK_WORKER_UI_PORT + N - 1)",
+    )
     start_timeout_s: float = Field(180.0, gt=0, description="seconds a service may take to become healthy")
     java: str = Field("java", description="java executable (17 or newer)")
 

@@ -180,7 +180,10 @@ def jars(versions: dict[str, dict[str, str]]) -> None:
         "version.debezium": stack["debezium"],
         "version.spark": stack["spark"],
         "version.delta": stack["delta"],
+        "version.hadoop": stack["hadoop"],
+        "version.aws.sdk": stack["aws_sdk"],
         "version.s3proxy": stack["s3proxy"],
+        "version.s3proxy.jackson.annotations": stack["s3proxy_jackson_annotations"],
     }
     wanted = digest(VERSIONS_FILE.read_bytes(), JARS_POM.read_bytes(), MAVEN_SETTINGS.read_bytes())
     for profile, folder in JAR_PROFILES.items():

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from infra import kafka_security
-from infra.config import StackSettings
+from infra.config import MAX_SPARK_WORKERS, StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
-from infra.services import CORE_SERVICES, SPARK_SERVICES, Postgres, Service, SparkMaster
-from infra.services.base import RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
+from infra.services import CORE_SERVICES, Postgres, Service, SparkMaster, SparkWorker
+from infra.services.base import JOBS_ROLE, RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
 from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, secret_key
 from infra.stack_secrets import secret_file
@@ -23,10 +23,17 @@ from infra.stack_secrets import secret_file
 Report = Callable[[str], None]
 
 
-def services(settings: StackSettings, *, spark_cluster: bool = True) -> list[Service]:
-    """Every service in start order (the Spark pair only when asked for)."""
-    classes = CORE_SERVICES + (SPARK_SERVICES if spark_cluster else ())
-    return [cls(settings) for cls in classes]
+def services(settings: StackSettings, *, spark_cluster: bool = True, workers: int | None = None) -> list[Service]:
+    """Every service in start order: the Spark master and `workers` workers only when asked for.
+
+    Without `workers`, every worker there may be (what `status` and `down` look for: the pid files say
+    which ran).
+    """
+    found: list[Service] = [cls(settings) for cls in CORE_SERVICES]
+    if spark_cluster:
+        found.append(SparkMaster(settings))
+        found += [SparkWorker(settings, i) for i in range(workers or MAX_SPARK_WORKERS)]
+    return found
 
 
 def port_is_free(port: int) -> bool:
@@ -71,7 +78,7 @@ def up(settings: StackSettings, *, spark_cluster: bool = False, report: Report =
     for folder in (settings.state, settings.logs, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
     results = []
-    for service in services(settings, spark_cluster=spark_cluster):
+    for service in services(settings, spark_cluster=spark_cluster, workers=settings.spark_workers):
         results.append(_start_one(service, settings, report))
     return results
 
@@ -222,6 +229,8 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         # A path, not the secret: `cdcpipe schema apply` gives the Debezium role this password.
         "CDCPIPE_DEBEZIUM_PASSWORD_FILE": str(secret_file(settings, "debezium_password")),
         "CDCPIPE_LAKE": str(settings.lake),
+        # The jobs take turns writing a table through a lease in Postgres (streaming_jobs.lake.lease).
+        "CDCPIPE_LEASE_PG_DSN": postgres.dsn(role=JOBS_ROLE),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
         # The object store, as any S3 client reads it (http on loopback: delta-rs wants AWS_ALLOW_HTTP for that).
         "AWS_ENDPOINT_URL": settings.s3_endpoint,

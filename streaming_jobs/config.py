@@ -11,6 +11,8 @@ from pydantic_settings import NoDecode
 from cdcpipe.home import default_home
 from cdcpipe.kafka_client import KafkaSettings
 from cdcpipe.settings import StageSettings, split_list
+from streaming_jobs.lake.paths import LakePath, check_lake
+from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 
 
 class SparkSettings(StageSettings):
@@ -31,6 +33,12 @@ class SparkSettings(StageSettings):
         description="cores one job takes on a standalone cluster (spark.cores.max); without a cap the first job "
         "takes every core and the next waits",
     )
+    spark_executor_cores: int | None = Field(
+        None,
+        ge=1,
+        description="cores per executor on a standalone cluster; unset: spark_cores_max (one executor per job). "
+        "Fewer spreads a job's executors over the workers",
+    )
     spark_authenticate_secret_file: Path | None = Field(
         None,
         description="file holding the standalone cluster's shared secret (spark.authenticate); for spark:// masters",
@@ -44,9 +52,21 @@ class SparkSettings(StageSettings):
         (Path(__file__).parent / "definitions",),
         description="folders of job files (colon-separated); the built-in examples by default",
     )
-    lake: Path = Field(
-        default_factory=lambda: default_home() / "state" / "lake",
-        description="root folder of Delta tables and checkpoints",
+    lake: str = Field(
+        default_factory=lambda: str(default_home() / "state" / "lake"),
+        description="root of the Delta tables and checkpoints: a folder, or s3a://bucket/prefix on an object store",
+    )
+    object_store: ObjectStoreSettings = Field(
+        default_factory=ObjectStoreSettings.load, description="the S3 API of an s3a:// lake ([object_store])"
+    )
+    lease_pg_dsn: str | None = Field(
+        None,
+        description="Postgres holding each table's writer lease (one writer at a time, across machines); any role "
+        "that may connect, its password from PGPASSFILE",
+    )
+    run_dir: Path = Field(
+        default_factory=lambda: default_home() / "run" / "jobs",
+        description="local folder of the jobs this machine started: their pid files and logs",
     )
 
     @field_validator("jobs_dirs", mode="before")
@@ -56,12 +76,17 @@ class SparkSettings(StageSettings):
 
     @field_validator("lake", mode="before")
     @classmethod
-    def _a_folder(cls, value: object) -> object:
+    def _a_lake(cls, value: object) -> object:
         # A URL taken as a Path would become a relative folder named "s3a:" beside wherever the job started.
-        if isinstance(value, str) and "://" in value:
-            raise ValueError(
-                f"{value!r} is a URL, and the jobs' lake is a local folder for now (the writer's lock and the applied "
-                "offsets are read through the file system): set CDCPIPE_LAKE to a folder; object-store lakes are "
-                "not supported yet"
-            )
-        return value
+        return check_lake(str(value)) if isinstance(value, (str, Path)) else value
+
+    def environment(self) -> dict[str, str]:
+        """The lake, its store, its leases and the Kafka client as variables: a child process reads what this one read."""
+        env = {"CDCPIPE_LAKE": self.lake, **self.object_store.environment(), **self.kafka.environment()}
+        if self.lease_pg_dsn:
+            env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn
+        return env
+
+    def lake_root(self) -> LakePath:
+        """The lake, with what reaching it takes (its store's settings, the writer leases' Postgres)."""
+        return LakePath(check_lake(str(self.lake)), LakeAccess(self.object_store, self.lease_pg_dsn))

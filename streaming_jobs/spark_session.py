@@ -40,7 +40,12 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
     jars = spark_jars(settings.spark_jars_dir)
     # On a standalone cluster an application takes every free core unless capped: one job would starve the next.
     cluster = (
-        {"spark.cores.max": str(settings.spark_cores_max), "spark.executor.cores": str(settings.spark_cores_max)}
+        {
+            "spark.cores.max": str(settings.spark_cores_max),
+            "spark.executor.cores": str(
+                min(settings.spark_executor_cores or settings.spark_cores_max, settings.spark_cores_max)
+            ),
+        }
         if settings.spark_master.startswith("spark://")
         else {}
     )
@@ -60,7 +65,7 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.sql.warehouse.dir": str(settings.lake / "_warehouse"),
+        "spark.sql.warehouse.dir": str(settings.lake_root() / "_warehouse"),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         # Statistics on the first 10 columns: enough to cover the Kafka coordinates and timestamp the jobs
@@ -82,6 +87,8 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         "spark.hadoop.fs.permissions.umask-mode": "002",
         # The Kafka source's options hold the SASL login (sasl.jaas.config) and maybe a private key: never shown.
         "spark.redaction.regex": SPARK_REDACTION_REGEX,
+        # The object store of an s3a:// lake (or of a table given as an s3a:// URL): endpoint, region, keys.
+        **settings.object_store.hadoop_conf(),
     }
 
 

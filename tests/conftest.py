@@ -129,6 +129,15 @@ class Stack:
         assert auth is not None
         return auth
 
+    def s3_options(self, **changes: str) -> dict[str, str]:
+        """delta-rs's storage options for the stack's object store, as `stack env` exports them."""
+        names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
+        return {**{k: self.env[k] for k in names}, **changes}
+
+    def s3_lake(self) -> str:
+        """A lake of a test's own on the stack's object store (an s3a:// URL under CDCPIPE_S3_LAKE)."""
+        return f"{self.env['CDCPIPE_S3_LAKE']}/tests/{uuid.uuid4().hex[:10]}"
+
     def process_env(self) -> dict[str, str]:
         """The environment for a child process wired to this stack."""
         return {**os.environ, **self.env}
@@ -157,7 +166,7 @@ def stack() -> Iterator[Stack]:
         pytest.fail(
             'tests in parallel share one stack: start it first (`python -m tests.suite`, or `eval "$(cdcpipe stack env)"`)'
         )
-    up = cdcpipe("stack", "up", "--spark-cluster")
+    up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2")
     if up.returncode != 0:
         pytest.fail(f"`cdcpipe stack up` failed:\n{up.stdout}\n{up.stderr}")
     sys.stderr.write(f"\n{up.stdout}")

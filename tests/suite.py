@@ -30,7 +30,7 @@ def main() -> int:
     env = dict(os.environ)
     started_here = False
     if not env.get("CDCPIPE_KAFKA_BOOTSTRAP"):
-        up = cdcpipe("stack", "up", "--spark-cluster")
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2")
         sys.stdout.write(up.stdout)
         if up.returncode != 0:
             sys.stderr.write(up.stderr)

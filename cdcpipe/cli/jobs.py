@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import typer
 
@@ -157,7 +156,9 @@ def backfill_command(
 @app.command("replay")
 def replay_command(
     job: str,
-    into: Path | None = typer.Option(None, help="the new table's folder (default: beside the current one)"),
+    into: str | None = typer.Option(
+        None, help="the new table: a folder or s3a:// URL (default: beside the current one)"
+    ),
     swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
     chunk_size: int = CHUNK_SIZE,
     reduce: bool = REDUCE,

@@ -20,10 +20,13 @@ app = typer.Typer(
 
 @app.command("up")
 def stack_up(
-    spark_cluster: bool = typer.Option(False, "--spark-cluster", help="also start a Spark master and one worker"),
+    spark_cluster: bool = typer.Option(False, "--spark-cluster", help="also start a Spark master and its workers"),
+    workers: int | None = typer.Option(
+        None, "--workers", help="Spark workers to start with --spark-cluster (default: CDCPIPE_SPARK_WORKERS, 1)"
+    ),
 ) -> None:
     """Start every service not yet running, one at a time, each once the previous is healthy."""
-    settings = StackSettings.load()
+    settings = StackSettings.load(**({"spark_workers": workers} if workers is not None else {}))
     stack.up(settings, spark_cluster=spark_cluster, report=typer.echo)
 
 

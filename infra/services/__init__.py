@@ -1,6 +1,6 @@
 """The local stack's services, one module each.
 
-`CORE_SERVICES` start with `stack up`, `SPARK_SERVICES` with `--spark-cluster`.
+`CORE_SERVICES` start with `stack up`; `--spark-cluster` adds a `SparkMaster` and `SparkWorker`s.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from infra.services.postgres import Postgres
 from infra.services.spark import SparkMaster, SparkWorker
 
 CORE_SERVICES: tuple[type[Service], ...] = (Postgres, Kafka, Connect, ObjectStore)
-SPARK_SERVICES: tuple[type[Service], ...] = (SparkMaster, SparkWorker)
 
 __all__ = [
     "CORE_SERVICES",
-    "SPARK_SERVICES",
     "Connect",
     "Kafka",
     "ObjectStore",

@@ -19,7 +19,10 @@ from infra.service_user import can_reach, hand_over, service_user
 POSTGRES_SUPERUSER = "postgres"
 # The outbox roles `schema apply` creates (its default names), and the stack secret holding each one's password.
 WRITER_ROLE, RELAY_ROLE = "cdcpipe_writer", "cdcpipe_relay"
-ROLE_SECRETS = {WRITER_ROLE: "pg_writer_password", RELAY_ROLE: "pg_relay_password"}
+# The jobs' role: it only connects, to hold the tables' writer leases (advisory locks need no privilege).
+# The stack makes it itself; a production database gives the jobs any role that may connect.
+JOBS_ROLE = "cdcpipe_jobs"
+ROLE_SECRETS = {WRITER_ROLE: "pg_writer_password", RELAY_ROLE: "pg_relay_password", JOBS_ROLE: "pg_jobs_password"}
 
 
 # Kafka 4 and the Connect runtime log through log4j2; everything goes to stdout, which the stack

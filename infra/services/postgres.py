@@ -15,8 +15,9 @@ from psycopg import sql
 
 from cdcpipe.private_files import write_private
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
-from infra.services.base import POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
+from infra.services.base import JOBS_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
 from infra.stack_secrets import secret, secret_file
+from schemas.outbox import scram_verifier
 
 
 class Postgres(Service):
@@ -151,6 +152,12 @@ class Postgres(Service):
             ).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.settings.pg_database)))
+            # The jobs' lease role (streaming_jobs.lake.lease): it logs in and does nothing else.
+            role = sql.Identifier(JOBS_ROLE)
+            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (JOBS_ROLE,)).fetchone():
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+            verifier = scram_verifier(secret(self.settings, ROLE_SECRETS[JOBS_ROLE]))
+            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(verifier)))
 
     def _superuser_dsn(self, database: str) -> str:
         password = self.password_file.read_text().strip()

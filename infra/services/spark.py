@@ -111,17 +111,28 @@ class SparkMaster(_SparkDaemon):
 
 
 class SparkWorker(_SparkDaemon):
-    """One Spark standalone worker registered with the master."""
+    """One Spark standalone worker registered with the master (the first of `spark_workers`)."""
 
     name = "spark-worker"
 
+    def __init__(self, settings: StackSettings, index: int = 0) -> None:
+        # The first keeps the names it always had; the Nth is spark-worker-N, its UI port N - 1 above the first's.
+        self.index = index
+        if index:
+            self.name = f"spark-worker-{index + 1}"
+        super().__init__(settings)
+
+    @property
+    def ui_port(self) -> int:
+        return self.settings.spark_worker_ui_port + self.index
+
     @property
     def ports(self) -> list[PortSpec]:
-        return [PortSpec(self.settings.spark_worker_ui_port, "CDCPIPE_SPARK_WORKER_UI_PORT")]
+        return [PortSpec(self.ui_port, "CDCPIPE_SPARK_WORKER_UI_PORT")]
 
     @property
     def work_dir(self) -> Path:
-        return self.settings.state / "spark" / "work"
+        return self.settings.state / "spark" / ("work" if not self.index else f"work-{self.index + 1}")
 
     def prepare(self) -> None:
         super().prepare()
@@ -141,7 +152,7 @@ class SparkWorker(_SparkDaemon):
             "--memory",
             self.settings.spark_worker_memory,
             "--webui-port",
-            str(self.settings.spark_worker_ui_port),
+            str(self.ui_port),
             "--work-dir",
             str(self.work_dir),
         )
@@ -149,9 +160,7 @@ class SparkWorker(_SparkDaemon):
     def check_health(self) -> None:
         workers = self._master_json().get("workers", [])
         if not isinstance(workers, list) or not any(
-            isinstance(w, dict)
-            and w.get("state") == "ALIVE"
-            and w.get("webuiaddress", "").endswith(f":{self.settings.spark_worker_ui_port}")
+            isinstance(w, dict) and w.get("state") == "ALIVE" and w.get("webuiaddress", "").endswith(f":{self.ui_port}")
             for w in workers
         ):
             raise ServiceNotReadyError("spark-worker: not registered with the master yet")

@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streaming_jobs.errors import StreamingError
+from streaming_jobs.lake.paths import LakePath, check_lake, is_url
 
 Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history"]
 TABLE_KINDS = ("table_mirror", "table_history")
@@ -66,6 +67,8 @@ class JobSpec(BaseModel):
     @field_validator("table")
     @classmethod
     def _table(cls, value: str) -> str:
+        if is_url(value):
+            return check_lake(value)  # a table of its own elsewhere on an object store
         parts = Path(value).parts
         if ".." in parts:
             raise ValueError(f"table {value!r} climbs out of its folder with '..': name a folder under the lake")
@@ -104,11 +107,12 @@ class JobSpec(BaseModel):
         unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}[match[2]]
         return f"{match[1]} {unit}"
 
-    def table_path(self, lake: Path) -> Path:
-        path = Path(self.table)
-        return path if path.is_absolute() else lake / path
+    def table_path(self, lake: LakePath) -> LakePath:
+        if is_url(self.table) or Path(self.table).is_absolute():
+            return LakePath.of(self.table, lake.access)
+        return LakePath.of(str(lake / self.table), lake.access)
 
-    def checkpoint_path(self, lake: Path) -> Path:
+    def checkpoint_path(self, lake: LakePath) -> LakePath:
         return lake / "_checkpoints" / self.name
 
 
@@ -141,10 +145,10 @@ def load_all(folders: list[Path]) -> dict[str, JobSpec]:
 
 def _tables_apart(jobs: dict[str, JobSpec], sources: dict[str, Path]) -> None:
     """Two jobs never write one table: not the same folder, one inside the other, or one's dead letters."""
-    lake = Path("/lake")  # any root: relative tables are compared under the same one
+    lake = LakePath("/lake")  # any root: relative tables are compared under the same one
     claimed: dict[Path, str] = {}
     for name, spec in jobs.items():
-        table = Path(os.path.normpath(spec.table_path(lake)))
+        table = Path(os.path.normpath(str(spec.table_path(lake)).replace("://", "/")))
         beside = [table.with_name(table.name + suffix) for suffix in (DEAD_LETTER_SUFFIX, EVENT_IDS_SUFFIX)]
         for path in (table, *beside):
             for other_path, other in claimed.items():

@@ -11,7 +11,6 @@ user says how to go on (`cdcpipe jobs accept-topics`, or a replay).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
@@ -19,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import MissingTopicsError, StreamingError, TopicChangedError
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import TopicIdentity
 from streaming_jobs.ranges.positions import Partition
@@ -58,7 +58,7 @@ def missing(settings: SparkSettings, spec: JobSpec) -> list[str]:
     return []
 
 
-def check_topics(settings: SparkSettings, spec: JobSpec, table: Path) -> dict[str, TopicIdentity]:
+def check_topics(settings: SparkSettings, spec: JobSpec, table: LakePath) -> dict[str, TopicIdentity]:
     """The job's topics as they are now; refused if they are not those the table holds offsets of."""
     now = identities(settings, spec.name, spec.topics)
     held = applied.read(table).topics

@@ -7,7 +7,9 @@ which records it holds. A batch, a backfill chunk or a replay first drops the re
 intervals: the streaming job, a backfill of the same range, a rewound checkpoint and a replay's catch-up
 can each cover any offsets any number of times, and each record is applied once.
 
-Reading it costs a directory listing and one small JSON file: the newest commit of the table's log.
+Reading it costs one small JSON file (the newest commit of the table's log) and a few existence checks past
+Delta's `_last_checkpoint`, read through the lake's own API (a local disk or the object store's), never a
+local copy: every writer reads the same log, and writers take turns (streaming_jobs.lake.lease).
 Commits without it (the table's creation, a compaction by another tool) are stepped over; a RESTORE
 points back at the version it restored, whose intervals are the ones that hold again.
 """
@@ -17,10 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from streaming_jobs.errors import StreamingError
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.ranges.positions import Partition
 
 Interval = tuple[int, int]
@@ -121,7 +123,7 @@ def _merge(spans: Iterable[Interval]) -> tuple[Interval, ...]:
     return tuple(out)
 
 
-def _actions(log: Path, version: int) -> list[dict[str, Any]] | None:
+def _actions(log: LakePath, version: int) -> list[dict[str, Any]] | None:
     """The actions of one commit, or None when its file is gone (the log was cleaned up below it)."""
     try:
         lines = (log / f"{version:020d}.json").read_text().splitlines()
@@ -130,14 +132,14 @@ def _actions(log: Path, version: int) -> list[dict[str, Any]] | None:
     return [json.loads(line) for line in lines if line]
 
 
-def _commit_info(log: Path, version: int) -> dict[str, Any] | None:
+def _commit_info(log: LakePath, version: int) -> dict[str, Any] | None:
     actions = _actions(log, version)
     if actions is None:
         return None
     return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
 
-def _newest_version(log: Path) -> int:
+def _newest_version(log: LakePath) -> int:
     """The table's newest commit version (-1 if none), without listing the whole log on every batch.
 
     The log keeps a JSON file per commit for 30 days (thousands a day for a job with a 1 s trigger); Delta's
@@ -146,30 +148,27 @@ def _newest_version(log: Path) -> int:
     try:
         version = int(json.loads((log / "_last_checkpoint").read_text())["version"])
     except (OSError, ValueError, KeyError, TypeError):
-        versions = [int(p.stem) for p in log.glob("[0-9]*.json") if p.stem.isdigit()]
-        return max(versions, default=-1)
+        stems = [n.removesuffix(".json") for n in log.names() if n.endswith(".json")]
+        return max((int(s) for s in stems if s.isdigit()), default=-1)
     while (log / f"{version + 1:020d}.json").exists():
         version += 1
     return version
 
 
-def newest_version(table: Path) -> int:
+def newest_version(table: LakePath) -> int:
     """The table's newest commit version; -1 for a table that does not exist yet."""
-    log = table / "_delta_log"
-    return _newest_version(log) if log.is_dir() else -1
+    return _newest_version(table / "_delta_log")
 
 
-def newest_commit(table: Path) -> list[dict[str, Any]]:
+def newest_commit(table: LakePath) -> list[dict[str, Any]]:
     """The actions of the table's newest commit (none for a table that does not exist yet)."""
     version = newest_version(table)
     return (_actions(table / "_delta_log", version) or []) if version >= 0 else []
 
 
-def read(table: Path) -> Applied:
+def read(table: LakePath) -> Applied:
     """The intervals the table holds now (none for a table that does not exist yet)."""
     log = table / "_delta_log"
-    if not log.is_dir():
-        return Applied()
     version = _newest_version(log)
     for _ in range(LOOK_BACK):
         if version < 0:

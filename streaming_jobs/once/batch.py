@@ -1,7 +1,7 @@
 """One batch of a job (a streaming micro-batch or a backfill chunk), applied once.
 
 It drops what the table already holds, classifies the rest, dead-letters the bad records and hands the
-good ones to the job's kind. The whole of it runs under the table's writer lock (streaming_jobs.once.locks), so the check of which offsets
+good ones to the job's kind. The whole of it runs under the table's writer lock (streaming_jobs.lake.lease), so the check of which offsets
 the table holds (streaming_jobs.once.applied) and the write that adds this batch's cannot interleave with
 another writer's.
 """
@@ -21,8 +21,8 @@ from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS
+from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.once import applied, poison
-from streaming_jobs.once.locks import table_lock
 from streaming_jobs.once.resent import drop_resent
 from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.sinks.context import BatchContext, record_only

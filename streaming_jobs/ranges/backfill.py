@@ -35,6 +35,7 @@ from streaming_jobs.errors import ReduceError
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.locations import Location
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import TopicIdentity
 from streaming_jobs.once.batch import handle_batch
@@ -170,8 +171,9 @@ def _apply_reduced(
     total = dead = rounds = 0
     # In the lake: Spark's executors read the kept records from there, and they reach the lake wherever
     # they run (a local temp folder would only work for executors on this machine).
-    settings.lake.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="_reduce-", dir=settings.lake))
+    scratch = settings.lake_root() / f"_reduce-{uuid.uuid4().hex}"
+    scratch.mkdir()
+    logs = Path(tempfile.mkdtemp(prefix="cdcpipe-reduce-"))  # the workers' stderr, on this machine
     drawing = threading.Lock()  # workers report from their own threads: one progress line at a time
 
     def report(reached: Offsets) -> None:
@@ -199,6 +201,7 @@ def _apply_reduced(
                         span.end[(t, p)],
                         share,
                         str(scratch),
+                        str(logs),
                         contracts,
                     )
                     for t, p in pending
@@ -215,9 +218,10 @@ def _apply_reduced(
                 for r in reduced:
                     at[(r.topic, r.partition)] = r.stopped
                     if r.file:
-                        Path(r.file).unlink()
+                        LakePath.of(r.file, scratch.access).delete()
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.delete_tree()
+        shutil.rmtree(logs, ignore_errors=True)
     if progress is not None:
         progress.finish()
     return Outcome(span, total, dead, rounds, time.monotonic() - started)
@@ -225,7 +229,7 @@ def _apply_reduced(
 
 def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:
     """Run one task in its own process (streaming_jobs.ranges.reduce), passing its progress on as it comes."""
-    log = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.log"
+    log = Path(task.logs) / f"{task.topic}-{task.partition}-{task.start}.log"
     outcome: Reduced | None = None
     # stderr to a file: the Kafka client may log more there than a pipe holds while stdout is read.
     with (

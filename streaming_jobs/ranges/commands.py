@@ -24,6 +24,7 @@ from streaming_jobs.errors import PositionError, StreamingError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.lake.paths import LakePath, is_url
 from streaming_jobs.once import applied
 from streaming_jobs.once.checkpoints import committed_offsets
 from streaming_jobs.ranges.backfill import DEFAULT_CHUNK, Outcome, apply_range
@@ -51,7 +52,7 @@ def backfill(
     reduce: bool = True,
 ) -> Outcome:
     """Apply [start, end) to the job's current tables. The range is checked before Spark starts."""
-    where = locations.current(spec, settings.lake)
+    where = locations.current(spec, settings.lake_root())
     span = _span(settings, spec, start, end)
     if span.total == 0:
         return Outcome(span, 0, 0, 0, 0.0)
@@ -86,7 +87,7 @@ def replay(
     settings: SparkSettings,
     spec: JobSpec,
     *,
-    into: Path | None = None,
+    into: str | None = None,
     swap: bool = False,
     chunk_size: int = DEFAULT_CHUNK,
     out: TextIO | None = None,
@@ -98,14 +99,14 @@ def replay(
     job (its batch in flight finishes), applies what arrived meanwhile, points the job at the new table and a
     new checkpoint starting at the offsets the rebuild ended on, and starts the job again if it was running.
     """
-    lake = settings.lake
+    lake = settings.lake_root()
     now = locations.current(spec, lake)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     if into is None:
         table = now.table.with_name(f"{Path(spec.table).name}__replay_{stamp}")
     else:
-        table = into if into.is_absolute() else lake / into
-    if table.resolve() == now.table.resolve():
+        table = LakePath.of(into if is_url(into) or Path(into).is_absolute() else str(lake / into), lake.access)
+    if table == now.table:
         raise StreamingError(f"{table} is the job's current table; a replay builds a new one: pick another --into")
     target = locations.Location(table, locations.new_checkpoint(spec, lake, "replay"))
     spark = build_spark_session(settings, app_name=f"cdcpipe-replay-{spec.name}")
@@ -146,7 +147,7 @@ def rewind(settings: SparkSettings, spec: JobSpec, to: Position) -> tuple[locati
     An offsets SPEC moves the partitions it names; the others resume where the checkpoint reached. A
     position after where the job is would skip records, so it is refused (that is not a rewind).
     """
-    lake = settings.lake
+    lake = settings.lake_root()
     with control.paused(settings, spec.name):
         now = locations.current(spec, lake)
         reached = committed_offsets(now.checkpoint)
@@ -186,11 +187,11 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
     rewinds to the new topic's earliest offsets; a repartitioned topic's new count is recorded, and the
     job goes on where it was.
     """
-    from streaming_jobs.once.locks import table_lock
+    from streaming_jobs.lake.lease import table_lock
     from streaming_jobs.sinks.context import USER_METADATA
 
     with control.paused(settings, spec.name):
-        where = locations.current(spec, settings.lake)
+        where = locations.current(spec, settings.lake_root())
         now = sources.identities(settings, spec.name, spec.topics)
         held = applied.read(where.table)
         changed = sorted(t for t, was in held.topics.items() if t in now and now[t] != was)

@@ -22,7 +22,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -32,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from cdcpipe.kafka_client import report_error
 from streaming_jobs.classify.python_prefilter import SurelyValid
 from streaming_jobs.errors import ReduceError, StreamingError
+from streaming_jobs.lake.paths import LakePath
 
 READ_BATCH = 10_000
 STALL_S = 60.0  # no record and no end of partition for this long: something is wrong, say so
@@ -64,7 +64,8 @@ class Task:
     start: int
     end: int
     keep: int
-    folder: str
+    folder: str  # where the kept records go: in the lake, for executors anywhere to read
+    logs: str  # a local folder for the worker's own files
     contracts: tuple[tuple[str, int, Mapping[str, Any]], ...]
 
 
@@ -172,9 +173,11 @@ def _write(task: Task, records: Sequence[Message]) -> str:
         },
         schema=KAFKA_SCHEMA,
     )
-    path = Path(task.folder) / f"{task.topic}-{task.partition}-{task.start}.parquet"
-    pq.write_table(table, path)
-    return str(path)
+    # The driver's scratch folder in the lake: a local folder, or an object-store prefix (one PUT per file).
+    target = LakePath.of(task.folder) / f"{task.topic}-{task.partition}-{task.start}.parquet"
+    filesystem, path = target.filesystem()
+    pq.write_table(table, path, filesystem=filesystem)
+    return str(target)
 
 
 def main() -> int:

@@ -1,7 +1,8 @@
 """`cdcpipe jobs submit | list | status | stop | optimize`: jobs as tracked background processes.
 
 A submitted job is a `python -m streaming_jobs.run.runner NAME` process (the Spark driver), started detached and
-tracked by pid in `<lake>/_jobs/NAME.pid`, its log in `<lake>/_jobs/NAME.log`. Its state comes from three
+tracked by pid in `<run_dir>/NAME.pid`, its log in `<run_dir>/NAME.log` (on this machine: the lake may be an
+object store). Its state comes from three
 places that each tell the truth about one thing: the process (running or not), the progress file the
 runner writes (last batch, rates, counts), and the checkpoint's offsets against the topics' latest offsets
 (lag per partition).
@@ -25,14 +26,15 @@ from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec, check_name, find, load_all
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
 from streaming_jobs.ranges.positions import KafkaPositions
 
 
 def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
-    """The job's driver process, as a pid file and a log under <lake>/_jobs/."""
+    """The job's driver process, as a pid file and a log under CDCPIPE_RUN_DIR."""
     check_name(name)  # it names files: never a path
-    folder = settings.lake / "_jobs"
+    folder = settings.run_dir
     return TrackedProcess(
         name=f"job {name}", pid_file=folder / f"{name}.pid", log_file=folder / f"{name}.log", stop_signal=signal.SIGTERM
     )
@@ -44,7 +46,7 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
     process = tracked(settings, spec.name)
     if process.pid() is not None:
         raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
-    sources.check_topics(settings, spec, locations.current(spec, settings.lake).table)
+    sources.check_topics(settings, spec, locations.current(spec, settings.lake_root()).table)
     command = [sys.executable, "-m", "streaming_jobs.run.runner", spec.name]
     for folder in settings.jobs_dirs:
         command += ["--jobs-dir", str(folder)]
@@ -54,16 +56,16 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
         command += ["--trigger", trigger]
     # The job reads what this process read, from a settings file or the environment alike (a secret is passed in
     # the environment, never on the command line).
-    env = {**os.environ, "CDCPIPE_LAKE": str(settings.lake), **settings.kafka.environment()}
-    settings.lake.mkdir(parents=True, exist_ok=True)
-    pid = process.start(command, env=env, cwd=settings.lake)
+    env = {**os.environ, **settings.environment()}
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    pid = process.start(command, env=env, cwd=settings.run_dir)
     # What it was started with, so a rewind or a replay's swap can start it again the same way.
     _submitted(settings, spec.name).write_text(json.dumps({"master": master, "trigger": trigger}))
     return pid
 
 
 def _submitted(settings: SparkSettings, name: str) -> Path:
-    return settings.lake / "_jobs" / f"{name}.submit.json"
+    return settings.run_dir / f"{name}.submit.json"
 
 
 @contextmanager
@@ -124,7 +126,7 @@ class JobStatus:
 
 def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
-    reached = committed_offsets(locations.current(spec, settings.lake).checkpoint)
+    reached = committed_offsets(locations.current(spec, settings.lake_root()).checkpoint)
     with KafkaPositions(settings.kafka) as kafka:
         high = kafka.watermarks(spec.topics, missing_ok=True).high  # a missing topic: `missing_topics` says so
     rows = []
@@ -138,7 +140,7 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
     """The job's process, its last progress, and its lag."""
     spec = find(name, list(settings.jobs_dirs))
     process = tracked(settings, spec.name)
-    where = locations.current(spec, settings.lake)
+    where = locations.current(spec, settings.lake_root())
     progress_file = where.checkpoint / PROGRESS_FILE
     record: dict[str, Any] = json.loads(progress_file.read_text()) if progress_file.exists() else {}
     progress = record.get("progress") or {}
@@ -165,18 +167,18 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
 def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
     """Every declared job, where its table is now, and whether it runs."""
     return [
-        (spec, locations.current(spec, settings.lake), tracked(settings, name).pid() is not None)
+        (spec, locations.current(spec, settings.lake_root()), tracked(settings, name).pid() is not None)
         for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
     ]
 
 
-def optimize(settings: SparkSettings, name: str) -> Path:
+def optimize(settings: SparkSettings, name: str) -> LakePath:
     """`cdcpipe jobs optimize`: compact the job's tables now, beside the running job; returns its table."""
     # pyspark loads here, not when this module does: `jobs list|status|stop` must start without it.
     from streaming_jobs.run.runner import optimize as optimize_tables
     from streaming_jobs.spark_session import build_spark_session
 
-    where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake)
+    where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake_root())
     spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
     try:
         optimize_tables(spark, where)

@@ -27,12 +27,13 @@ from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec, find
+from streaming_jobs.lake.lease import table_lock
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
 from streaming_jobs.once.batch import handle_batch
 from streaming_jobs.once.checkpoints import batch_end, write_progress
 from streaming_jobs.once.event_ids import EventIds
-from streaming_jobs.once.locks import table_lock
 from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.run import retention
 from streaming_jobs.sinks.context import USER_METADATA, BatchContext, app_id
@@ -44,7 +45,7 @@ def run(
 ) -> None:
     """Run until the sources are drained (available-now) or `stop` is set."""
     stop = stop or threading.Event()
-    lake = settings.lake
+    lake = settings.lake_root()
     where = locations.current(spec, lake)
     checkpoint = where.checkpoint
     # A missing topic, or one not the table's (recreated, repartitioned): refused with the fix, not a Java trace.
@@ -116,7 +117,7 @@ def run(
         spark.stop()
 
 
-def _batch_ranges(checkpoint: Path, batch_id: int) -> dict[Partition, Interval] | None:
+def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interval] | None:
     """The offsets batch N reads, from the checkpoint's plan: [end of batch N-1, end of batch N).
 
     None for a first batch (its start is not in the checkpoint): the records then say where it starts.

@@ -7,13 +7,13 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.jobs.spec import EVENT_IDS_SUFFIX, JobSpec
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval, TopicIdentity
 from streaming_jobs.once.event_ids import EventIds
@@ -38,16 +38,17 @@ RECORD_COLUMNS = ["topic", "kafka_partition", "kafka_offset", "event_id"]  # an 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
-def app_id(checkpoint: Path) -> str:
+def app_id(checkpoint: LakePath) -> str:
     """The job's idempotence id, made with its checkpoint.
 
     A new checkpoint must never reuse an old id, or Delta would skip every write of the new run as done.
     """
-    checkpoint.mkdir(parents=True, exist_ok=True)
     path = checkpoint / "cdcpipe_app_id"
-    if not path.exists():
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
         path.write_text(str(uuid.uuid4()))
-    return path.read_text().strip()
+        return path.read_text().strip()
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,8 @@ class BatchContext:
 
     spark: SparkSession
     job: JobSpec
-    table: Path
-    dead_letters: Path
+    table: LakePath
+    dead_letters: LakePath
     app_id: str
     batch_id: int
     applied_metadata: str | None = (
@@ -76,7 +77,7 @@ class BatchContext:
         return self.txn or (self.app_id, self.batch_id)
 
     @property
-    def event_ids_table(self) -> Path:
+    def event_ids_table(self) -> LakePath:
         """Where the ids of the events the job applied are: its own table for an event log, else beside it."""
         if self.job.kind == "event_log":
             return self.table

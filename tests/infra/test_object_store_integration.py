@@ -15,12 +15,9 @@ from tests.conftest import Stack, cdcpipe, parse_exports
 
 pytestmark = pytest.mark.integration
 
-AWS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
-
 
 def s3_options(stack: Stack, **changes: str) -> dict[str, str]:
-    """delta-rs's storage options for the stack's store, as `stack env` exports them."""
-    return {**{k: stack.env[k] for k in AWS}, **changes}
+    return stack.s3_options(**changes)
 
 
 def table_url(stack: Stack) -> str:
@@ -63,7 +60,7 @@ def test_a_shell_given_only_the_exports_reaches_the_store(stack: Stack) -> None:
     url = table_url(stack)
     write_deltalake(url, pa.table({"id": [7]}), storage_options=s3_options(stack))
     exports = parse_exports(cdcpipe("stack", "env", env=stack.process_env()).stdout)
-    assert {k for k in exports if k.startswith("AWS_")} >= set(AWS)
+    assert {k for k in exports if k.startswith("AWS_")} >= set(stack.s3_options())
     assert exports["CDCPIPE_S3_LAKE"].startswith("s3a://")
     read = subprocess.run(
         [

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from streaming_jobs.lake.paths import LakePath
 from tests.conftest import Stack, cdcpipe
 
 
@@ -23,14 +24,14 @@ class Job:
 
     name: str
     folder: Path
-    lake: Path
+    lake: str  # a local folder or an s3a:// URL
     stack: Stack
     env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         env = {
             **self.stack.process_env(),
-            "CDCPIPE_LAKE": str(self.lake),
+            "CDCPIPE_LAKE": self.lake,
             "CDCPIPE_KAFKA_CONFIG": str(self.stack.kafka_file("jobs")),  # the jobs' own user and ACLs
             **self.env,
         }
@@ -57,11 +58,10 @@ class Job:
         return proc
 
     def table(self, suffix: str = "") -> list[dict[str, object]]:
-        rows: list[dict[str, object]] = DeltaTable(str(self.lake / f"out{suffix}")).to_pyarrow_table().to_pylist()
-        return rows
+        return read_delta(self.stack, f"{self.lake}/out{suffix}")
 
-    def checkpoint(self) -> Path:
-        return self.lake / "_checkpoints" / self.name
+    def checkpoint(self) -> LakePath:
+        return LakePath.of(self.lake) / "_checkpoints" / self.name
 
     def counts(self) -> tuple[int, int]:
         """(applied, dead letters) of the last run, as `cdcpipe jobs status` reads them."""
@@ -69,8 +69,21 @@ class Job:
         return int(progress["applied"]), int(progress["dead_letters"])
 
 
+def read_delta(stack: Stack, where: str | Path) -> list[dict[str, object]]:
+    """A Delta table's rows read with delta-rs (not Spark): from a folder, or through the S3 API."""
+    options = stack.s3_options() if str(where).startswith("s3a://") else None
+    rows: list[dict[str, object]] = DeltaTable(str(where), storage_options=options).to_pyarrow_table().to_pylist()
+    return rows
+
+
 def make_job(
-    stack: Stack, tmp_path: Path, kind: str, topics: list[str], env: dict[str, str] | None = None, **extra: object
+    stack: Stack,
+    tmp_path: Path,
+    kind: str,
+    topics: list[str],
+    env: dict[str, str] | None = None,
+    lake: str | None = None,
+    **extra: object,
 ) -> Job:
     name = f"job-{uuid.uuid4().hex[:8]}"
     folder = tmp_path / "jobs"
@@ -78,7 +91,7 @@ def make_job(
     lines = [f'name = "{name}"', f'kind = "{kind}"', f"topics = {json.dumps(topics)}", 'table = "out"']
     lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
     (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
-    return Job(name, folder, tmp_path / "lake", stack, env or {})
+    return Job(name, folder, lake or str(tmp_path / "lake"), stack, env or {})
 
 
 Event = tuple[str | None, str, str | None, dict[str, str] | None]
@@ -106,6 +119,7 @@ def opened(account: str) -> str:
 
 
 T0 = 1_795_000_000_000  # ms
+BALANCES = "streaming_jobs.projections.balances:apply"  # the example projection: a balance per account
 
 
 def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None, lsn: int) -> str:
@@ -132,7 +146,9 @@ def row(id_: str, balance: int) -> dict[str, object]:
     return {"id": id_, "owner": id_.upper(), "balance": balance}
 
 
-def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object) -> tuple[str, dict[str, str]]:
+def job_env(
+    stack: Stack, tmp_path: Path, kind: str, topic: str, lake: str | None = None, **extra: object
+) -> tuple[str, dict[str, str]]:
     name = f"job-{uuid.uuid4().hex[:8]}"
     folder = tmp_path / "jobs"
     folder.mkdir(exist_ok=True)
@@ -142,7 +158,8 @@ def job_env(stack: Stack, tmp_path: Path, kind: str, topic: str, **extra: object
     env = {
         **stack.process_env(),
         "CDCPIPE_JOBS_DIRS": str(folder),
-        "CDCPIPE_LAKE": str(tmp_path / "lake"),
+        "CDCPIPE_LAKE": lake or str(tmp_path / "lake"),
+        "CDCPIPE_RUN_DIR": str(tmp_path / "run"),  # the submitted jobs' pid files and logs
         "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),  # the jobs' own user and ACLs
     }
     return name, env
@@ -162,16 +179,17 @@ def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callabl
         if condition():
             return True
         if status(name, env)["running"] is False:
-            log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
+            log = (tmp_path / "run" / f"{name}.log").read_text()
             pytest.fail(f"job {name} died:\n{log[-3000:]}")
         return False
 
     return check
 
 
-def table_rows(path: Path, key: str) -> dict[str, dict[str, object]]:
+def table_rows(path: Path | str, key: str, stack: Stack | None = None) -> dict[str, dict[str, object]]:
     """A Delta table read with delta-rs (not Spark), by `key`, without the time it was applied at."""
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    options = stack.s3_options() if stack is not None and str(path).startswith("s3a://") else None
+    rows = DeltaTable(str(path), storage_options=options).to_pyarrow_table().to_pylist()
     by_key = {str(r[key]): {k: v for k, v in r.items() if k != "_applied_at"} for r in rows}
     assert len(by_key) == len(rows), f"{path}: {len(rows) - len(by_key)} duplicate {key}(s)"
     return by_key

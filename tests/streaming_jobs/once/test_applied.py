@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from streaming_jobs.errors import StreamingError
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.applied import Applied, read
 
 
@@ -49,15 +50,15 @@ def commit(log: Path, version: int, info: dict[str, object]) -> None:
 
 def test_read_takes_the_newest_commit_that_carries_intervals(tmp_path: Path) -> None:
     log = tmp_path / "t" / "_delta_log"
-    assert read(tmp_path / "t") == Applied()
+    assert read(LakePath(str(tmp_path / "t"))) == Applied()
     commit(log, 0, {"operation": "CREATE TABLE"})
-    assert read(tmp_path / "t") == Applied()
+    assert read(LakePath(str(tmp_path / "t"))) == Applied()
     first = Applied({("t", 0): ((0, 10),)})
     second = first.plus({("t", 0): (10, 20)})
     commit(log, 1, {"operation": "MERGE", "userMetadata": first.metadata()})
     commit(log, 2, {"operation": "WRITE", "userMetadata": second.metadata()})
     commit(log, 3, {"operation": "OPTIMIZE"})
-    assert read(tmp_path / "t") == second
+    assert read(LakePath(str(tmp_path / "t"))) == second
 
 
 def test_read_starts_from_the_last_checkpoint_and_finds_the_commits_after_it(tmp_path: Path) -> None:
@@ -67,7 +68,7 @@ def test_read_starts_from_the_last_checkpoint_and_finds_the_commits_after_it(tmp
     commit(log, 11, {"operation": "WRITE", "userMetadata": held.metadata()})
     commit(log, 12, {"operation": "OPTIMIZE"})
     (log / "_last_checkpoint").write_text(json.dumps({"version": 10, "size": 3}))  # versions 0..9 cleaned up
-    assert read(tmp_path / "t") == held
+    assert read(LakePath(str(tmp_path / "t"))) == held
 
 
 def test_a_restore_brings_back_the_intervals_of_the_version_it_restored(tmp_path: Path) -> None:
@@ -76,11 +77,11 @@ def test_a_restore_brings_back_the_intervals_of_the_version_it_restored(tmp_path
     commit(log, 0, {"operation": "WRITE", "userMetadata": first.metadata()})
     commit(log, 1, {"operation": "WRITE", "userMetadata": first.plus({("t", 0): (10, 20)}).metadata()})
     commit(log, 2, {"operation": "RESTORE", "operationParameters": {"version": "0", "timestamp": None}})
-    assert read(tmp_path / "t") == first
+    assert read(LakePath(str(tmp_path / "t"))) == first
 
 
 def test_a_log_cleaned_below_commits_without_intervals_is_an_error_not_a_guess(tmp_path: Path) -> None:
     log = tmp_path / "t" / "_delta_log"
     commit(log, 7, {"operation": "OPTIMIZE"})  # versions 0..6 were cleaned up
     with pytest.raises(StreamingError, match="cannot tell which offsets the table holds"):
-        read(tmp_path / "t")
+        read(LakePath(str(tmp_path / "t")))

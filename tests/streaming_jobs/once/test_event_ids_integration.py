@@ -65,7 +65,8 @@ def test_the_memory_drops_resends_and_reads_the_table_again_after_another_writer
     assert producer.flush(30) == 0
 
     spec = JobSpec(name="ids", kind="event_log", topics=(topic,), table="out", dedupe_lookback_records=1000)
-    table, dead = tmp_path / "lake" / "out", tmp_path / "lake" / "out_dead_letters"
+    lake = SparkSettings.load(lake=str(tmp_path / "lake")).lake_root()  # with the stack's writer leases
+    table, dead = lake / "out", lake / "out_dead_letters"
     memory = EventIds(spec.dedupe_lookback_records)
     reads: list[int] = []  # the batches that read the table's ids
     read_table = resent._recent

@@ -44,7 +44,9 @@ def test_a_reduce_worker_that_fails_is_an_error_naming_the_partition_and_what_th
 ) -> None:
     # A contract version that is not a number makes the worker fail as it reads its task, before any Kafka.
     bad_contracts: Any = (("OrderPlaced", "one", {}),)
-    task = Task({"bootstrap.servers": "127.0.0.1:1"}, "orders", 3, 40, 50, 10, str(tmp_path), bad_contracts)
+    task = Task(
+        {"bootstrap.servers": "127.0.0.1:1"}, "orders", 3, 40, 50, 10, str(tmp_path), str(tmp_path), bad_contracts
+    )
     reports: list[object] = []
     with pytest.raises(ReduceError) as failed:
         _run_worker(task, reports.append)

@@ -18,10 +18,20 @@ from deltalake import DeltaTable
 
 from tests.conftest import Stack, cdcpipe
 from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import Event, alive_and, deposit, job_env, opened, run, send, status, table_rows
+from tests.streaming_jobs.helpers import (
+    BALANCES,
+    Event,
+    alive_and,
+    deposit,
+    job_env,
+    opened,
+    run,
+    send,
+    status,
+    table_rows,
+)
 
 pytestmark = pytest.mark.integration
-BALANCES = "streaming_jobs.projections.balances:apply"
 
 
 def balances(path: Path) -> dict[str, object]:

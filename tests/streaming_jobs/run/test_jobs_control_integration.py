@@ -56,7 +56,7 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         stopped = cdcpipe("jobs", "stop", name, env=env)
     assert f"{name}: stopped" in stopped.stdout
     assert status(name, env)["running"] is False
-    log = (tmp_path / "lake" / "_jobs" / f"{name}.log").read_text()
+    log = (tmp_path / "run" / f"{name}.log").read_text()
     assert "Traceback" not in log, log[-3000:]
 
 
@@ -139,7 +139,7 @@ def test_a_job_whose_topic_does_not_exist_is_refused_at_submit_with_the_fix(
     assert submitted.returncode == 2, submitted.stdout + submitted.stderr
     assert f"job {name} reads {topic_name}, which the cluster does not have" in submitted.stderr
     assert "cdcpipe topics apply" in submitted.stderr
-    assert not (tmp_path / "lake" / "_jobs" / f"{name}.pid").exists()
+    assert not (tmp_path / "run" / f"{name}.pid").exists()
     report = status(name, env)
     assert report["running"] is False
     assert report["missing_topics"] == [topic_name]

@@ -45,5 +45,5 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     send(stack, topic, [(f"c-{i}", "AccountOpened", opened(f"c-{i}"), None) for i in range(3)])
     job.run()  # starts where the rebuild ended; no refusal
-    offsets = [r["kafka_offset"] for r in DeltaTable(str(job.lake / "rebuilt")).to_pyarrow_table().to_pylist()]
+    offsets = [r["kafka_offset"] for r in DeltaTable(f"{job.lake}/rebuilt").to_pyarrow_table().to_pylist()]
     assert sorted(offsets) == list(range(15, 23))

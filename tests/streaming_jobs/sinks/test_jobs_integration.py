@@ -110,7 +110,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert sorted(str(r["event_id"]) for r in job.table()) == sorted([*ids[:2], "e-twice"])
     twice = next(r for r in job.table() if r["event_id"] == "e-twice")
     assert dict(twice["headers"])["trace"] == "b"  # type: ignore[call-overload]
-    assert_each_batch_is_one_commit(job.lake / "out")
+    assert_each_batch_is_one_commit(Path(job.lake) / "out")
 
 
 def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
@@ -139,7 +139,7 @@ def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
     state = {str(r["aggregate_id"]): r for r in job.table()}
     assert sorted(state) == ["a-1"]
     assert json.loads(str(state["a-1"]["payload"]))["amount"] == 99
-    assert_each_batch_is_one_commit(job.lake / "out")
+    assert_each_batch_is_one_commit(Path(job.lake) / "out")
 
 
 def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
@@ -173,11 +173,13 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
     expected = {"a-1": 60, "a-2": 70}
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
 
-    commits = sorted((job.checkpoint() / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    commits = sorted(
+        (Path(job.checkpoint().url) / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    )
     last = [p for p in commits if p.name.isdigit()][-1]
     last.unlink()  # as if the driver died right after the Delta commit (with the commit's checksum file)
     (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
     job.run()
-    assert (job.checkpoint() / "commits" / last.name).exists(), "the batch was not replayed"
+    assert (Path(job.checkpoint().url) / "commits" / last.name).exists(), "the batch was not replayed"
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
-    assert_each_batch_is_one_commit(job.lake / "out")
+    assert_each_batch_is_one_commit(Path(job.lake) / "out")

@@ -1,0 +1,103 @@
+"""One writer at a time per Delta table, across processes and machines: a lease held in Postgres.
+
+The streaming job, a backfill, a replay's catch-up, `jobs optimize` and `jobs accept-topics` each hold the
+table's lease for the whole read-check-write of a batch (reading which offsets the table holds, then
+writing the rest), so two writers never both decide to apply the same records. It is also what makes Delta
+safe on S3: Delta's S3 log store (S3SingleDriverLogStore) writes commit N with a plain PUT, so two writers
+committing the same version at once would leave only the last one's; the lease keeps our writers' commits
+in turn, and only one of them ever computes version N.
+
+The lease is a session-level advisory lock (`pg_advisory_lock`) on a connection of its own: Postgres
+releases it when the session ends, so a writer that crashes or is killed hands over at once, and nothing
+on the lake (no lock file an object store could not make atomic) has to be cleaned up. The remaining window:
+a writer whose Postgres session is cut *during* its commit while it still runs. Its lease is then gone, a
+second writer may take it and commit, and the first learns of it when it lets go: it fails loudly
+(`LeaseLostError`) so the job restarts and re-reads what the table holds. Keepalives bound how long Postgres
+takes to notice a silent peer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from cdcpipe.errors import ConfigError
+from streaming_jobs.errors import StreamingError
+from streaming_jobs.lake.paths import LakePath
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = 0x63647063  # pg_advisory_lock(namespace, key): 'cdpc', apart from the relay's leader locks
+
+
+class LeaseLostError(StreamingError):
+    """The writer's Postgres session ended while it held a table's lease."""
+
+
+def lease_key(table: LakePath) -> int:
+    """A 32-bit key per table URL (a collision only makes two tables take turns)."""
+    return int.from_bytes(hashlib.sha256(table.url.encode()).digest()[:4], "big", signed=True)
+
+
+def _connect(table: LakePath, holder: str) -> psycopg.Connection[Any]:
+    dsn = table.access.lease_dsn if table.access else None
+    if not dsn:
+        raise ConfigError(
+            f"{table}: no Postgres to hold the table's writer lease in; set CDCPIPE_LEASE_PG_DSN "
+            "(any role that may connect: advisory locks need no privilege; `cdcpipe stack env` sets the stack's)"
+        )
+    try:
+        return psycopg.connect(
+            dsn,
+            autocommit=True,
+            application_name=f"cdcpipe {holder}"[:63],
+            # Postgres notices a writer that went silent (a cut network, a frozen machine) within about 25 s.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        )
+    except psycopg.OperationalError as exc:
+        raise StreamingError(
+            f"cannot reach the Postgres that holds the tables' writer leases (CDCPIPE_LEASE_PG_DSN): {exc}"
+        ) from exc
+
+
+def holder_of(conn: psycopg.Connection[Any], key: int) -> str:
+    """Who holds the lease now, as its session named itself ('' when nobody does)."""
+    row = conn.execute(
+        "SELECT a.application_name, a.client_addr::text FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::oid AND l.objid = %s::oid",
+        (NAMESPACE & 0xFFFFFFFF, key & 0xFFFFFFFF),
+    ).fetchone()
+    return f"{row[0]} ({row[1] or 'local'})" if row else ""
+
+
+@contextmanager
+def table_lock(table: LakePath, holder: str) -> Iterator[None]:
+    """Hold the table's writer lease; waits (saying for whom) while another writer has it."""
+    key = lease_key(table)
+    with _connect(table, holder) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (NAMESPACE, key)).fetchone()
+        if not (row and row[0]):
+            log.info("waiting for %s's writer lease, held by %s", table, holder_of(conn, key) or "another writer")
+            started = time.monotonic()
+            conn.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, key))
+            log.info("got %s's writer lease after %.1f s", table, time.monotonic() - started)
+        yield
+        try:
+            row = conn.execute("SELECT pg_advisory_unlock(%s, %s)", (NAMESPACE, key)).fetchone()
+        except psycopg.OperationalError as exc:
+            raise LeaseLostError(
+                f"{table}: the writer lease's Postgres session ended while {holder} held it ({exc}); another "
+                "writer may have written meanwhile. Nothing is lost: restart, and the table's applied offsets say "
+                "what it holds"
+            ) from exc
+        if not (row and row[0]):
+            raise LeaseLostError(f"{table}: {holder} no longer held the writer lease when it let go; restart it")
