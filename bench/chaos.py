@@ -180,7 +180,7 @@ class Soak:
 
     @property
     def work(self) -> Path:
-        return Path(self.env["CDCPIPE_LAKE"]) / f"_chaos_{self.tag}"
+        return Path(self.env["CDCPIPE_LOCAL_LAKE"]) / f"_chaos_{self.tag}"
 
     def job(self, kind: str) -> str:
         return f"chaos_{self.tag}_{kind}"

@@ -12,13 +12,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -32,6 +30,8 @@ from schemas import outbox, topics
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
 from schemas.topics import TopicSettings
+from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.lake.store import ObjectStoreSettings
 
 JOB = "account_balances"
 ACCOUNTS = 40
@@ -94,12 +94,14 @@ def _workload(conn: psycopg.Connection[Any], run: str, names: OutboxNames) -> di
     return balances
 
 
-def _read(table: Path) -> list[dict[str, Any]]:
+def _read(table: LakePath, store: ObjectStoreSettings) -> list[dict[str, Any]]:
+    """The table's rows, read with delta-rs (a reader of its own, not Spark): from a folder or through S3."""
     from deltalake import DeltaTable
 
-    if not any((table / "_delta_log").glob("*.json")):
+    if not any(n.endswith(".json") for n in (table / "_delta_log").names()):
         return []  # not created yet (the job makes it with its first batch)
-    rows: list[dict[str, Any]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    options = None if table.is_local else store.delta_rs_options()
+    rows: list[dict[str, Any]] = DeltaTable(str(table), storage_options=options).to_pyarrow_table().to_pylist()
     return rows
 
 
@@ -126,12 +128,13 @@ def run(say: Callable[[str], None] = print) -> None:
     applied = topics.apply(topic_settings.kafka.client_config(), declared.topics, declared.prefixes)
     say(f"   topics {', '.join(a.name for a in applied if a.action != 'granted')} ready (cdcpipe topics apply)")
 
-    lake = stack.lake / "demo"
-    shutil.rmtree(lake, ignore_errors=True)  # a fresh read model and checkpoint on every run
+    settings = SparkSettings.load()
+    lake = settings.lake_root() / "demo"  # the stack's lake: its object store, unless CDCPIPE_LAKE says otherwise
+    lake.delete_tree()  # a fresh read model and checkpoint on every run
     # Each component as its own Kafka user, with only the ACLs it needs (the stack's client files).
-    spark = SparkSettings.load().model_copy(update={"lake": lake, "kafka": kafka_security.client(stack, "jobs")})
-    lake.mkdir(parents=True)
-    relay_log = lake / "relay.log"
+    spark = settings.model_copy(update={"lake": str(lake), "kafka": kafka_security.client(stack, "jobs")})
+    stack.logs.mkdir(parents=True, exist_ok=True)
+    relay_log = stack.logs / "demo-relay.log"
     with relay_log.open("wb") as log:
         relay = subprocess.Popen(
             [sys.executable, "-m", "cdcpipe", "relay", "run"],
@@ -163,8 +166,14 @@ def run(say: Callable[[str], None] = print) -> None:
         got: dict[str, int] = {}
         dead: list[dict[str, Any]] = []
         while time.monotonic() < deadline:
-            got = {r["account_id"]: r["balance"] for r in _read(table) if r["account_id"] in expected}
-            dead = [r for r in _read(lake / f"{JOB}_dead_letters") if (r["key"] or b"").decode() in expected]
+            got = {
+                r["account_id"]: r["balance"] for r in _read(table, spark.object_store) if r["account_id"] in expected
+            }
+            dead = [
+                r
+                for r in _read(lake / f"{JOB}_dead_letters", spark.object_store)
+                if (r["key"] or b"").decode() in expected
+            ]
             if got == expected and dead:
                 break
             if relay.poll() is not None:
@@ -176,7 +185,7 @@ def run(say: Callable[[str], None] = print) -> None:
             raise DemoError(
                 f"after {WAIT_S:.0f}s the Delta table has {len(wrong)} of {len(expected)} balances wrong or missing "
                 f"and {len(dead)} dead letter(s) of 1; see `cdcpipe jobs status {JOB}`, the job's log "
-                f"{lake}/_jobs/{JOB}.log, and the relay's log {relay_log}"
+                f"{spark.run_dir / f'{JOB}.log'}, and the relay's log {relay_log}"
             )
         say(
             f"5. every balance in Delta equals what was committed ({len(expected)} accounts, "

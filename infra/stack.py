@@ -100,7 +100,7 @@ def _start_one(service: Service, settings: StackSettings, report: Report) -> Sta
     seconds = time.monotonic() - started
     state = "already running" if already else f"healthy after {seconds:.1f}s"
     owner = _owner(pid)
-    report(f"{service.name:<13} {state:<22} pid {pid:<8} {service.address}" + (f"  (as {owner})" if owner else ""))
+    report(f"{service.name:<15} {state:<22} pid {pid:<8} {service.address}" + (f"  (as {owner})" if owner else ""))
     return Started(service.name, service.address, pid, seconds, already)
 
 
@@ -183,7 +183,7 @@ def down(settings: StackSettings, *, purge: bool = False, report: Report = print
         pid = service.process.pid()
         if service.process.stop():
             stopped.append(service.name)
-            report(f"{service.name:<13} stopped (pid {pid})")
+            report(f"{service.name:<15} stopped (pid {pid})")
     if purge:
         pg_data = Postgres(settings).data_dir
         for folder in (
@@ -228,7 +228,9 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_CONNECT_PASSWORD_FILE": str(secret_file(settings, "connect_rest_password")),
         # A path, not the secret: `cdcpipe schema apply` gives the Debezium role this password.
         "CDCPIPE_DEBEZIUM_PASSWORD_FILE": str(secret_file(settings, "debezium_password")),
-        "CDCPIPE_LAKE": str(settings.lake),
+        # The jobs' lake is the object store, as a production lake would be; the local folder stays one variable away.
+        "CDCPIPE_LAKE": f"s3a://{BUCKET}/lake",
+        "CDCPIPE_LOCAL_LAKE": str(settings.lake),
         # The jobs take turns writing a table through a lease in Postgres (streaming_jobs.lake.lease).
         "CDCPIPE_LEASE_PG_DSN": postgres.dsn(role=JOBS_ROLE),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),

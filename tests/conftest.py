@@ -112,7 +112,8 @@ class Stack:
 
     @property
     def lake(self) -> Path:
-        return Path(self.env["CDCPIPE_LAKE"])
+        """The stack's local-folder lake (its default lake, CDCPIPE_LAKE, is on the object store)."""
+        return Path(self.env["CDCPIPE_LOCAL_LAKE"])
 
     def connect_settings(self) -> ConnectSettings:
         """The connectors stage's settings for this stack's Connect, with its REST user."""

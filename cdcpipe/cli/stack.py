@@ -37,10 +37,10 @@ def stack_status(as_json: bool = typer.Option(False, "--json", help="print JSON 
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in rows], indent=2))
     else:
-        typer.echo(f"{'service':<13} {'pid':<8} {'address':<24} {'rss':>8}  state")
+        typer.echo(f"{'service':<15} {'pid':<8} {'address':<24} {'rss':>8}  state")
         for row in rows:
             rss = f"{row.rss_bytes / 2**20:.0f} MiB" if row.rss_bytes else "-"
-            typer.echo(f"{row.service:<13} {row.pid or '-'!s:<8} {row.address:<24} {rss:>8}  {row.detail}")
+            typer.echo(f"{row.service:<15} {row.pid or '-'!s:<8} {row.address:<24} {rss:>8}  {row.detail}")
             for line in row.log_tail:
                 typer.echo(f"    | {line}")
     if not all(r.healthy for r in rows):

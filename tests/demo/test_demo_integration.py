@@ -21,5 +21,6 @@ def test_the_demo_runs_the_whole_pipeline_and_checks_every_balance(stack: Stack)
     assert re.search(r"the bad event is in account_balances_dead_letters.*: \$\.amount has the wrong type", out)
     # It stops what it started: the job is not left running.
     lake = next(line for line in out.splitlines() if "tables under " in line).rsplit("tables under ", 1)[1].rstrip(")")
+    assert lake.startswith("s3a://"), "the stack's default lake is its object store"
     status = cdcpipe("jobs", "status", "account_balances", env={**stack.process_env(), "CDCPIPE_LAKE": lake})
     assert "not running" in status.stdout, status.stdout + status.stderr

@@ -169,21 +169,24 @@ def test_up_twice_leaves_one_of_each(stack: Stack) -> None:
     before = {
         r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
     }
-    again = cdcpipe("stack", "up", "--spark-cluster", env=stack.process_env())
+    again = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=stack.process_env())
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already running") == 6, again.stdout
+    assert again.stdout.count("already running") == 7, again.stdout
     after = {
         r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
     }
     assert after == before
-    assert len(after) == 6
+    assert len(after) == 7
 
 
 def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> None:
     result = cdcpipe("stack", "status", "--json", env=stack.process_env())
     assert result.returncode == 0, result.stdout
     rows = {row["service"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"postgres", "kafka", "connect", "s3", "spark-master", "spark-worker"}
+    workers = {name for name in rows if name.startswith("spark-worker")}
+    assert set(rows) - workers == {"postgres", "kafka", "connect", "s3", "spark-master"}
+    # The suite's stack runs two workers (`--workers 2`): the first keeps its name, the second is numbered.
+    assert workers == {"spark-worker", "spark-worker-2"}
     for row in rows.values():
         assert row["healthy"], row
         assert row["rss_bytes"] > 10 * 2**20, row

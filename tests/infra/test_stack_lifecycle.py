@@ -60,9 +60,9 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
     assert status.returncode == 1
     assert all(row["pid"] is None for row in json.loads(status.stdout))
 
-    up = cdcpipe("stack", "up", "--spark-cluster", env=env)
+    up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=env)
     assert up.returncode == 0, up.stderr
-    assert up.stdout.count("healthy after") == 6
+    assert up.stdout.count("healthy after") == 7  # postgres, kafka, connect, s3, the master, two workers
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
         notes = [row[0] for row in conn.execute("SELECT note FROM lifecycle_marker")]
     assert topic in notes
