@@ -64,7 +64,6 @@ def main() -> None:
     from streaming_jobs.config import SparkSettings
     from streaming_jobs.jobs.locations import Location
     from streaming_jobs.jobs.spec import JobSpec
-    from streaming_jobs.lake.paths import LakePath
     from streaming_jobs.ranges.backfill import apply_range
     from streaming_jobs.ranges.positions import KafkaPositions, Position, resolve_range
     from streaming_jobs.spark_session import build_spark_session
@@ -80,11 +79,15 @@ def main() -> None:
     plan = [(True, min(20_000, sizes[0]), False), *[(True, n, True) for n in sizes]]
     if args.compare:
         plan += [(False, min(20_000, sizes[0]), False), (False, sizes[-1], True)]
-    lakes = [(kind, LakePath.of(f"{os.environ[LAKES[kind]]}/_bench_replay_{tag}")) for kind in chosen]
+    # Each lake with what reaching it takes (its store, the writer leases' Postgres), as a job's settings give it.
+    lakes = [
+        (kind, settings.model_copy(update={"lake": f"{os.environ[LAKES[kind]]}/_bench_replay_{tag}"}).lake_root())
+        for kind in chosen
+    ]
     steps = [(kind, lake, *step) for kind, lake in lakes for step in plan]
     try:
         for index, (kind, lake, reduce, size, reported) in enumerate(steps):
-            settings = settings.model_copy(update={"lake": str(lake)})
+            settings = settings.model_copy(update={"lake": lake.url})
             # Each partition's share of `size`, in proportion to what it holds (keys hash unevenly).
             scale = min(1.0, size / whole.total)
             span = type(whole)(

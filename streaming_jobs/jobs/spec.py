@@ -108,9 +108,7 @@ class JobSpec(BaseModel):
         return f"{match[1]} {unit}"
 
     def table_path(self, lake: LakePath) -> LakePath:
-        if is_url(self.table) or Path(self.table).is_absolute():
-            return LakePath.of(self.table, lake.access)
-        return LakePath.of(str(lake / self.table), lake.access)
+        return lake.place(self.table)
 
     def checkpoint_path(self, lake: LakePath) -> LakePath:
         return lake / "_checkpoints" / self.name

@@ -66,6 +66,12 @@ class LakePath:
     def __truediv__(self, part: str | Path) -> LakePath:
         return LakePath(posixpath.join(self.url, str(part)).rstrip("/"), self.access)
 
+    def place(self, where: str) -> LakePath:
+        """`where` under this lake when relative; an absolute folder or a URL as it is (reached the same way)."""
+        if is_url(where) or Path(where).is_absolute():
+            return LakePath.of(where, self.access)
+        return LakePath.of(str(self / where), self.access)
+
     @property
     def name(self) -> str:
         return posixpath.basename(self.url)

@@ -119,7 +119,8 @@ def _s3(endpoint: str | None, region: str | None, key_id: str | None, secret: st
     if key_id and secret:
         options["access_key"] = key_id
         options["secret_key"] = secret
-    # Small objects in one PUT each: what the jobs write is visible whole or not at all.
+    # A write completes when its stream closes (a PUT, or a multipart upload completed): an S3 object is
+    # visible whole or not at all, and a caller that returns has it stored.
     return pafs.S3FileSystem(**options, background_writes=False)
 
 

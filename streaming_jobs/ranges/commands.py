@@ -24,7 +24,6 @@ from streaming_jobs.errors import PositionError, StreamingError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec
-from streaming_jobs.lake.paths import LakePath, is_url
 from streaming_jobs.once import applied
 from streaming_jobs.once.checkpoints import committed_offsets
 from streaming_jobs.ranges.backfill import DEFAULT_CHUNK, Outcome, apply_range
@@ -102,10 +101,7 @@ def replay(
     lake = settings.lake_root()
     now = locations.current(spec, lake)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    if into is None:
-        table = now.table.with_name(f"{Path(spec.table).name}__replay_{stamp}")
-    else:
-        table = LakePath.of(into if is_url(into) or Path(into).is_absolute() else str(lake / into), lake.access)
+    table = now.table.with_name(f"{Path(spec.table).name}__replay_{stamp}") if into is None else lake.place(into)
     if table == now.table:
         raise StreamingError(f"{table} is the job's current table; a replay builds a new one: pick another --into")
     target = locations.Location(table, locations.new_checkpoint(spec, lake, "replay"))
