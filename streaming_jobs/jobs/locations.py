@@ -2,9 +2,10 @@
 
 A replay rebuilds into a new table with a new checkpoint, and a rewind starts a new checkpoint at earlier
 offsets; neither edits Spark's checkpoint files. Each writes the job's location pointer,
-`<lake>/_jobs/NAME.location.json`, in one atomic write (a rename, or one PUT on an object store): the runner, `jobs status`, `jobs optimize` and
-backfills all read it, so the switch is all or nothing. A new checkpoint carries the offsets its stream
-starts from (Spark honours `startingOffsets` only for a checkpoint it has never written).
+`<lake>/_jobs/NAME.location.json`, in one atomic write (a rename, or one PUT on an object store): the
+runner, `jobs status`, `jobs optimize` and backfills all read it, so the switch is all or nothing. A new
+checkpoint carries the offsets its stream starts from (Spark honours `startingOffsets` only for a checkpoint
+it has never written).
 """
 
 from __future__ import annotations

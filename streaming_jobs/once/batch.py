@@ -1,9 +1,9 @@
 """One batch of a job (a streaming micro-batch or a backfill chunk), applied once.
 
 It drops what the table already holds, classifies the rest, dead-letters the bad records and hands the
-good ones to the job's kind. The whole of it runs under the table's writer lock (streaming_jobs.lake.lease), so the check of which offsets
-the table holds (streaming_jobs.once.applied) and the write that adds this batch's cannot interleave with
-another writer's.
+good ones to the job's kind. The whole of it runs under the table's writer lease (streaming_jobs.lake.lease),
+so the check of which offsets the table holds (streaming_jobs.once.applied) and the write that adds this
+batch's cannot interleave with another writer's, on this machine or another.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def remember(ctx: BatchContext, before: int, chosen: Split) -> None:
     if ctx.event_ids is None:
         return
     after = applied.newest_version(ctx.event_ids_table)
-    if after == before + 1:  # this batch's commit (the writer lock keeps any other out)
+    if after == before + 1:  # this batch's commit (the writer lease keeps any other out)
         ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
     else:  # Delta skipped the write as done before: what the table holds came from elsewhere
         ctx.event_ids.forget()
