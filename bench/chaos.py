@@ -191,6 +191,7 @@ class Soak:
             **self.env,
             "CDCPIPE_JOBS_DIRS": str(self.work / "jobs"),
             "CDCPIPE_LAKE": str(self.work),
+            "CDCPIPE_RUN_DIR": str(self.work / "run"),  # the jobs' pid files, which the job faults read
             "CDCPIPE_TABLE_CONTRACT_DIRS": str(self.work / "contracts"),
             "CDCPIPE_SPARK_DRIVER_MEMORY": "1g",  # five drivers share the machine
             "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(self.settings, "jobs")),
@@ -354,7 +355,7 @@ def takeover(dsn: str, old: int) -> float:
 
 
 def job_pid(soak: Soak, kind: str) -> int | None:
-    pid_file = soak.work / "_jobs" / f"{soak.job(kind)}.pid"
+    pid_file = soak.work / "run" / f"{soak.job(kind)}.pid"
     pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
     return pid if pid is not None and Path(f"/proc/{pid}").exists() else None
 
