@@ -40,6 +40,10 @@ class LeaseLostError(StreamingError):
     """The writer's Postgres session ended while it held a table's lease."""
 
 
+class LeaseUnavailableError(StreamingError):
+    """The Postgres of the writer leases cannot be reached: no writer may start a write."""
+
+
 def lease_key(table: LakePath) -> int:
     """A 32-bit key per table URL (a collision only makes two tables take turns)."""
     return int.from_bytes(hashlib.sha256(table.url.encode()).digest()[:4], "big", signed=True)
@@ -64,7 +68,7 @@ def _connect(table: LakePath, holder: str) -> psycopg.Connection[Any]:
             keepalives_count=3,
         )
     except psycopg.OperationalError as exc:
-        raise StreamingError(
+        raise LeaseUnavailableError(
             f"cannot reach the Postgres that holds the tables' writer leases (CDCPIPE_LEASE_PG_DSN): {exc}"
         ) from exc
 

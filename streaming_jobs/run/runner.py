@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 
 from cdcpipe.errors import CdcpipeError
@@ -27,7 +29,7 @@ from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec, find
-from streaming_jobs.lake.lease import table_lock
+from streaming_jobs.lake.lease import LeaseLostError, LeaseUnavailableError, table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
@@ -38,6 +40,12 @@ from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.run import retention
 from streaming_jobs.sinks.context import USER_METADATA, BatchContext, app_id
 from streaming_jobs.spark_session import build_spark_session
+
+log = logging.getLogger(__name__)
+# A batch that failed on these restarts the query instead of ending the job (their names reach us in the text
+# of Spark's exception, which wraps the Python one).
+LEASE_TROUBLE = (LeaseLostError.__name__, LeaseUnavailableError.__name__)
+LEASE_RETRY_S = 2.0
 
 
 def run(
@@ -102,19 +110,38 @@ def run(
         writer = writer.trigger(processingTime=spec.processing_time(chosen))
     query = writer.queryName(spec.name).start()
     try:
-        while query.isActive:
-            if stop.is_set():
-                # Graceful: wait for the micro-batch in flight, then stop between batches.
-                while query.status.get("isTriggerActive"):
-                    time.sleep(0.1)
-                query.stop()
+        while True:
+            try:
+                while query.isActive:
+                    if stop.is_set():
+                        # Graceful: wait for the micro-batch in flight, then stop between batches.
+                        while query.status.get("isTriggerActive"):
+                            time.sleep(0.1)
+                        query.stop()
+                        break
+                    query.awaitTermination(1)
+                    write_progress(checkpoint, query.lastProgress, counts, running=True)
+                query.awaitTermination()  # raises the query's own error, if it died of one
                 break
-            query.awaitTermination(1)
-            write_progress(checkpoint, query.lastProgress, counts, running=True)
-        query.awaitTermination()  # raises the query's own error, if it died of one
+            except StreamingQueryException as exc:
+                # The writer lease's Postgres went away (a restart, a network cut): the batch failed before or
+                # while committing. Start the query again from its checkpoint: Spark replays the batch it did not
+                # mark done, and the batch first reads what the table holds, so nothing is applied twice.
+                if stop.is_set() or not any(name in str(exc) for name in LEASE_TROUBLE):
+                    raise
+                log.warning(
+                    "job %s: %s; starting its query again in %.0f s", spec.name, _first_line(exc), LEASE_RETRY_S
+                )
+                time.sleep(LEASE_RETRY_S)
+                query = writer.queryName(spec.name).start()
     finally:
         write_progress(checkpoint, query.lastProgress, counts, running=False)
         spark.stop()
+
+
+def _first_line(exc: Exception) -> str:
+    found = next((line for line in str(exc).splitlines() if any(n in line for n in LEASE_TROUBLE)), str(exc))
+    return found.strip()[:300]
 
 
 def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interval] | None:
