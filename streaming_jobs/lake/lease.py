@@ -12,7 +12,8 @@ releases it when the session ends, so a writer that crashes or is killed hands o
 on the lake (no lock file an object store could not make atomic) has to be cleaned up. The remaining window:
 a writer whose Postgres session is cut *during* its commit while it still runs. Its lease is then gone, a
 second writer may take it and commit, and the first learns of it when it lets go: it fails loudly
-(`LeaseLostError`) so the job restarts and re-reads what the table holds. Keepalives bound how long Postgres
+(`LeaseLostError`); a streaming job restarts its query (streaming_jobs.run.runner) and re-reads what the
+table holds. Keepalives bound how long Postgres
 takes to notice a silent peer.
 """
 
