@@ -233,6 +233,8 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_LOCAL_LAKE": str(settings.lake),
         # The jobs take turns writing a table through a lease in Postgres (streaming_jobs.lake.lease).
         "CDCPIPE_LEASE_PG_DSN": postgres.dsn(role=JOBS_ROLE),
+        # The jobs read the captured tables' catalog (pg_attribute, readable by any role) to tell renames apart.
+        "CDCPIPE_SOURCE_PG_DSN": postgres.dsn(role=JOBS_ROLE),
         "CDCPIPE_SPARK_JARS_DIR": str(settings.lib / "spark"),
         # The object store, as any S3 client reads it (http on loopback: delta-rs wants AWS_ALLOW_HTTP for that).
         "AWS_ENDPOINT_URL": settings.s3_endpoint,

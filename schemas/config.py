@@ -119,6 +119,12 @@ class SchemaSettings(StageSettings):
         (), description="business tables (schema.table) the table CDC connector captures, comma-separated"
     )
 
+    replica_identity_full: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="captured tables (schema.table) to set REPLICA IDENTITY FULL on, so Debezium sends unchanged "
+        "TOASTed values (large text, jsonb, bytea) in every update; costs WAL, comma-separated",
+    )
+
     @field_validator(
         "writer_role", "relay_role", "publication", "heartbeat_table", "debezium_role", "tables_publication"
     )
@@ -126,7 +132,7 @@ class SchemaSettings(StageSettings):
     def _names(cls, value: str) -> str:
         return check_identifier(value)
 
-    @field_validator("captured_tables", mode="before")
+    @field_validator("captured_tables", "replica_identity_full", mode="before")
     @classmethod
     def _tables(cls, value: object) -> object:
         value = split_list(value)

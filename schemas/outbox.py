@@ -162,6 +162,10 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
                 sql.SQL("GRANT SELECT ON {} TO {}").format(sql.Identifier(*table.split(".", 1)), debezium),
             )
         ],
+        *[
+            sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(*table.split(".", 1)))
+            for table in settings.replica_identity_full
+        ],
     ]
 
 

@@ -1,11 +1,17 @@
-"""Row contracts of captured business tables: `schemas/tables/<schema>.<table>.json`, one JSON Schema each.
+"""Row contracts of captured business tables: `<schema>.<table>.json`, one JSON Schema each.
 
 They describe a row as Debezium's table CDC connector sends it (the `before` and `after` of a change), and
-name the primary key (`x-primary-key`) the mirror and history jobs key on. More folders: CDCPIPE_TABLE_CONTRACT_DIRS.
+name the key the mirror and history jobs key on (`x-primary-key`). `cdcpipe schema tables import` writes them
+from the Postgres catalog (schemas.catalog), with each column's catalog type (`x-pg-type`) and `x-attnum`; a
+hand-written one may leave those out (its JSON types then stand for int8, float8, bool and text).
+
+Folders, first match wins: the built-in `schemas/tables/`, then CDCPIPE_TABLE_CONTRACT_DIRS (colon-separated;
+its first folder is where `import` writes, and where a job writes a contract it evolved).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,9 +20,26 @@ from typing import Any
 
 from schemas.contracts import read_json_schema
 from schemas.errors import ContractError
+from schemas.pg_types import PgType, from_json_schema
 
 BUILTIN_DIR = Path(__file__).parent / "tables"
 DIRS_VARIABLE = "CDCPIPE_TABLE_CONTRACT_DIRS"
+
+
+def contract_folders() -> list[Path]:
+    """Where contracts are looked for, in order: the built-in folder, then CDCPIPE_TABLE_CONTRACT_DIRS."""
+    return [BUILTIN_DIR, *(Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p)]
+
+
+def user_folder() -> Path | None:
+    """The first folder of CDCPIPE_TABLE_CONTRACT_DIRS, where contracts are written; None when unset."""
+    folders = contract_folders()[1:]
+    return folders[0] if folders else None
+
+
+def contract_path(folder: Path, table: str) -> Path:
+    """A table's contract file in a folder: `<schema>.<table>.json`."""
+    return folder / f"{table}.json"
 
 
 @dataclass(frozen=True)
@@ -32,24 +55,66 @@ class TableContract:
     def columns(self) -> list[str]:
         return list(self.schema.get("properties", {}))
 
+    @property
+    def types(self) -> dict[str, PgType]:
+        """Each column's Postgres type (from `x-pg-type`, or read from a hand-written JSON type)."""
+        return {name: from_json_schema(rules) for name, rules in self.schema.get("properties", {}).items()}
+
+    def nullable(self, column: str) -> bool:
+        kind = self.schema["properties"][column].get("type")
+        return isinstance(kind, list) and "null" in kind
+
+    def attnum(self, column: str) -> int | None:
+        value = self.schema["properties"][column].get("x-attnum")
+        return int(value) if value is not None else None
+
+    @property
+    def version(self) -> int:
+        return int(self.schema.get("x-version", 1))
+
+    @property
+    def replica_identity(self) -> str:
+        """`default`, `full`, `index` or `nothing`, as imported; `default` when not said."""
+        return str(self.schema.get("x-replica-identity", "default"))
+
 
 def load_table_contract(table: str) -> TableContract:
     """The contract of `schema.table`, from the built-in folder or CDCPIPE_TABLE_CONTRACT_DIRS."""
-    folders = [BUILTIN_DIR, *(Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p)]
-    for folder in folders:
-        path = folder / f"{table}.json"
+    for folder in contract_folders():
+        path = contract_path(folder, table)
         if path.is_file():
             return _load(table, path)
     raise ContractError(
-        f"no row contract for table {table}: add {BUILTIN_DIR / (table + '.json')} (or a folder in {DIRS_VARIABLE}) "
-        'with its columns as JSON Schema properties and "x-primary-key"'
+        f"no row contract for table {table}: write it from the catalog with `cdcpipe schema tables import {table}` "
+        f"(into the first folder of {DIRS_VARIABLE}, or --dir), or add {BUILTIN_DIR / (table + '.json')}"
     )
 
 
+def save(contract: TableContract, document: Mapping[str, Any]) -> None:
+    """Write `document` as the table's contract file, unless the file already holds this version or a newer one."""
+    try:
+        if int(json.loads(contract.path.read_text()).get("x-version", 1)) >= int(document.get("x-version", 1)):
+            return  # another job on this table got there first
+    except (OSError, ValueError):
+        pass
+    tmp = contract.path.with_name(f"{contract.path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(document, indent=2) + "\n")
+    tmp.replace(contract.path)  # a reader sees the old contract or the new, never half of one
+
+
 def _load(table: str, path: Path) -> TableContract:
-    schema = read_json_schema(path)
+    return from_document(table, read_json_schema(path), path)
+
+
+def from_document(table: str, schema: Mapping[str, Any], path: Path) -> TableContract:
+    """A contract from its JSON document, checked; `path` names where it came from in messages."""
     key = schema.get("x-primary-key")
     properties = schema.get("properties", {})
     if not isinstance(key, list) or not key or any(k not in properties for k in key):
         raise ContractError(f'{path}: "x-primary-key" must list one or more of its properties, e.g. ["id"]')
+    for name, rules in properties.items():
+        try:
+            from_json_schema(rules)
+        except ValueError as exc:
+            raise ContractError(f"{path}: column {name}: x-pg-type {exc}") from exc
     return TableContract(table=table, schema=schema, primary_key=tuple(key), path=path)

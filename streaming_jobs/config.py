@@ -64,6 +64,11 @@ class SparkSettings(StageSettings):
         description="Postgres holding each table's writer lease (one writer at a time, across machines); any role "
         "that may connect, its password from PGPASSFILE",
     )
+    source_pg_dsn: str | None = Field(
+        None,
+        description="the captured tables' Postgres, read-only catalog access: tells a renamed column from a dropped "
+        "and added one (table kinds), its password from PGPASSFILE",
+    )
     run_dir: Path = Field(
         default_factory=lambda: default_home() / "run" / "jobs",
         description="local folder of the jobs this machine started: their pid files and logs",
@@ -85,6 +90,8 @@ class SparkSettings(StageSettings):
         env = {"CDCPIPE_LAKE": self.lake, **self.object_store.environment(), **self.kafka.environment()}
         if self.lease_pg_dsn:
             env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn
+        if self.source_pg_dsn:
+            env["CDCPIPE_SOURCE_PG_DSN"] = self.source_pg_dsn
         return env
 
     def lake_root(self) -> LakePath:

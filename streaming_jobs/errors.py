@@ -76,3 +76,7 @@ class PositionError(StreamingError):
 
 class BelowRetentionError(PositionError):
     """The range starts at offsets that retention already deleted."""
+
+
+class SchemaChangeError(StreamingError):
+    """The source table's columns changed in a way the job's on_schema_change policy says to stop on."""

@@ -78,6 +78,9 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.ui.showConsoleProgress": "false",
+        # Instants are kept as instants; a Postgres timestamp without zone, which Debezium sends as epoch time of
+        # its wall-clock value, is read back in UTC to give that wall-clock value (schema_change.types).
+        "spark.sql.session.timeZone": "UTC",
         # Kafka allows a header name more than once; building the headers map must not fail the job on it.
         # The last value wins, as Kafka's Headers.lastHeader() reads it (outbox_events takes the last too).
         "spark.sql.mapKeyDedupPolicy": "LAST_WIN",

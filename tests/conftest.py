@@ -315,7 +315,12 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
     )
     create_topics(stack.kafka_config(), [box.topic(kind) for kind in OUTBOX_TOPICS])
     # Debezium's own topics for a connector on this outbox.
-    prefixes = [f"test_{tag}", f"tables_{tag}", f"mirror_{tag}"]  # the topic.prefix of the tests' connectors
+    prefixes = [
+        f"test_{tag}",
+        f"tables_{tag}",
+        f"mirror_{tag}",
+        f"evo_{tag}",
+    ]  # the topic.prefix of the tests' connectors
     grant_prefixes(stack.kafka_config(), [p for x in prefixes for p in (f"{x}.", f"__debezium-heartbeat.{x}")])
     yield box
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:

@@ -73,7 +73,10 @@ class _SparkDaemon(Service):
             response.raise_for_status()
         except httpx.HTTPError as exc:
             raise ServiceNotReadyError(f"{self.name}: master web UI not answering yet") from exc
-        data: dict[str, object] = response.json()
+        try:
+            data: dict[str, object] = response.json()
+        except ValueError as exc:  # the UI answers before its JSON page is served, for a moment after start
+            raise ServiceNotReadyError(f"{self.name}: master web UI not serving its status yet") from exc
         return data
 
 

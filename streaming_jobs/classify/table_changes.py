@@ -1,19 +1,32 @@
-"""Debezium table-change records (JSON, no schema envelope) -> typed changes, each valid or with a reason.
+"""Debezium table-change records (JSON) -> typed changes, each valid or with a reason.
 
-A change is `{"before": row, "after": row, "source": {..., "lsn": n, "ts_ms": t}, "op": "c|u|d|r"}`; the row
-shape comes from the table's contract in schemas/tables/ (never inferred). The order of changes is the
-order of the WAL: `source.lsn`, then the Kafka offset. The tombstone Debezium sends after a delete carries
-nothing the delete did not already say, so it is dropped, not dead-lettered.
+A change is `{"before": row, "after": row, "source": {..., "lsn": n, "ts_ms": t}, "op": "c|u|d|r"}`, sent with
+its Connect schema (`{"schema": ..., "payload": change}`) by the table connector, or bare. Each set of changes
+with one row shape is read with that shape (streaming_jobs.schema_change) into the columns and Delta types of
+the job's contract; a bare change is read with the contract's own shape. The order of changes is the order of
+the WAL: `source.lsn`, then the Kafka offset. The tombstone Debezium sends after a delete carries nothing the
+delete did not already say, so it is dropped, not dead-lettered.
+
+An unchanged TOASTed value (a large text, jsonb or bytea the update did not touch, under the default replica
+identity) arrives as Debezium's placeholder: it is never a value. The column is null here and named in
+`_unavailable`, and the mirror and the history keep the value they hold (sinks.scd).
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
 from schemas.table_contracts import TableContract
-from streaming_jobs.classify.contracts import CORRUPT, spark_type
+from streaming_jobs.classify.contracts import CORRUPT
+from streaming_jobs.schema_change.apply import SCHEMA_TEXT, SHAPE, Plan
+from streaming_jobs.schema_change.shapes import Shape, contract_shape
+from streaming_jobs.schema_change.types import convert, parse_type, spark_type
 
 SOURCE = StructType(
     [
@@ -23,11 +36,19 @@ SOURCE = StructType(
         StructField("snapshot", StringType()),
     ]
 )
+# Debezium's unavailable.value.placeholder (its default), as a string column and as base64 bytes.
+PLACEHOLDER = "__debezium_unavailable_value"
+PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+UNAVAILABLE = "_unavailable"
 
 
-def change_schema(contract: TableContract) -> StructType:
-    """The StructType of a change event of this table, with a column for records that do not parse."""
-    row = spark_type(contract.schema)
+def _row_type(shape: Shape) -> StructType:
+    return StructType([StructField(f.name, parse_type(f), True) for f in shape.fields])
+
+
+def change_type(shape: Shape) -> StructType:
+    """A change of rows of this shape: before, after, source, op, ts_ms."""
+    row = _row_type(shape)
     return StructType(
         [
             StructField("before", row),
@@ -35,24 +56,53 @@ def change_schema(contract: TableContract) -> StructType:
             StructField("source", SOURCE),
             StructField("op", StringType()),
             StructField("ts_ms", LongType()),
-            StructField(CORRUPT, StringType()),
         ]
     )
 
 
-def classify(records: DataFrame, contract: TableContract) -> DataFrame:
-    """Every change as columns, with `error` null for a valid one; tombstones are dropped.
+def change_schema(contract: TableContract) -> StructType:
+    """The StructType of a bare change event of this table, with a column for records that do not parse."""
+    return StructType([*change_type(contract_shape(contract)).fields, StructField(CORRUPT, StringType())])
 
-    Columns: the row's fields (from `after`, or `before` for a delete), `event_id` (the key as JSON, `@`, the
-    LSN), _op, _lsn, _source_ts, the Kafka coordinates, the raw bytes, and `error`.
-    """
-    parsed = F.from_json(
-        F.col("value").cast("string"),
-        change_schema(contract),
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
+
+def _parsed(shape: Shape) -> Column:
+    value = F.col("value").cast("string")
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    if not shape.described:
+        return F.from_json(value, change_schema_of(shape), options)
+    envelope = StructType([StructField("payload", change_type(shape)), StructField(CORRUPT, StringType())])
+    parsed = F.from_json(value, envelope, options)
+    return F.struct(
+        *[parsed["payload"][f].alias(f) for f in ("before", "after", "source", "op", "ts_ms")],
+        parsed[CORRUPT].alias(CORRUPT),
     )
-    changes = records.where(F.col("value").isNotNull()).select(
-        parsed.alias("c"),
+
+
+def change_schema_of(shape: Shape) -> StructType:
+    """A bare change of rows of this shape, with a column for records that do not parse."""
+    return StructType([*change_type(shape).fields, StructField(CORRUPT, StringType())])
+
+
+def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | None, Plan] | None = None) -> DataFrame:
+    """Every change as the contract's columns, with `error` null for a valid one; tombstones are dropped.
+
+    `plans` (streaming_jobs.schema_change.apply.reconcile) says how each shape in `records` (a `_shape` column,
+    apply.with_shape) is read; without it every record is read with the contract's shape.
+    Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _source_ts,
+    _unavailable, the Kafka coordinates, the raw bytes, and `error`.
+    """
+    if plans is None:
+        return _classify(records.where(F.col("value").isNotNull()), contract, Plan(contract_shape(contract)))
+    parts = []
+    for shape_hash, plan in plans.items():
+        mine = F.col(SCHEMA_TEXT).isNull() if shape_hash is None else F.col(SHAPE) == F.lit(shape_hash)
+        parts.append(_classify(records.where(F.col("value").isNotNull() & mine), contract, plan))
+    return functools.reduce(DataFrame.unionByName, parts)
+
+
+def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFrame:
+    changes = records.select(
+        _parsed(plan.shape).alias("c"),
         F.col("key").alias("raw_key"),
         F.col("value").alias("raw_value"),
         "topic",
@@ -61,9 +111,28 @@ def classify(records: DataFrame, contract: TableContract) -> DataFrame:
         F.col("timestamp").alias("kafka_timestamp"),
     )
     row = F.when(F.col("c.op") == "d", F.col("c.before")).otherwise(F.col("c.after"))
-    missing_key = F.lit(False)
-    for name in contract.primary_key:
-        missing_key = missing_key | row[name].isNull()
+    types = contract.types
+    values: list[Column] = []
+    unavailable: list[Column] = []
+    for name in contract.columns:
+        source = plan.source(name)
+        target = spark_type(types[name])
+        if source is None:
+            values.append(F.lit(None).cast(target).alias(name))
+            continue
+        field = plan.shape.field(source)
+        raw = row[source]
+        if isinstance(parse_type(field), StringType):
+            marker = PLACEHOLDER_BASE64 if field.connect == "bytes" else PLACEHOLDER
+            unavailable.append(F.when(raw == F.lit(marker), F.lit(name)))
+            raw = F.when(raw != F.lit(marker), raw)
+        # A set-aside shape's values may not fit the contract's types: those become null, the raw change is kept.
+        value = convert(raw, field, target, strict=plan.dead_letter is None)
+        values.append(value.alias(name))
+    key_fields = [plan.source(k) or k for k in contract.primary_key]
+    missing_key = functools.reduce(
+        lambda a, b: a | b, [row[k].isNull() if k in plan.shape.names else F.lit(True) for k in key_fields]
+    )
     error: Column = (
         F.when(F.col(f"c.{CORRUPT}").isNotNull(), F.lit("malformed change event, or a field of the wrong type"))
         .when(
@@ -74,14 +143,23 @@ def classify(records: DataFrame, contract: TableContract) -> DataFrame:
         .when(F.col("c.source.lsn").isNull(), F.lit("no source.lsn: cannot order the change"))
         .when(missing_key, F.lit(f"primary key {list(contract.primary_key)} missing from the row"))
     )
+    if plan.dead_letter:
+        error = F.coalesce(error, F.lit(plan.dead_letter))
     # A change's identity across resends: its key and its LSN (a copy Debezium sends again has both).
-    key = F.to_json(F.struct(*[row[name].alias(name) for name in contract.primary_key]))
+    key = F.to_json(
+        F.struct(
+            *[row[s].alias(k) for s, k in zip(key_fields, contract.primary_key, strict=True) if s in plan.shape.names]
+        )
+    )
     return changes.select(
-        *[row[name].alias(name) for name in contract.columns],
+        *values,
         F.concat(key, F.lit("@"), F.col("c.source.lsn").cast("string")).alias("event_id"),
         F.col("c.op").alias("_op"),
         F.col("c.source.lsn").alias("_lsn"),
         (F.col("c.source.ts_ms") / 1000).cast("timestamp").alias("_source_ts"),
+        (F.array_compact(F.array(*unavailable)) if unavailable else F.array().cast(ArrayType(StringType()))).alias(
+            UNAVAILABLE
+        ),
         "raw_key",
         "raw_value",
         "topic",

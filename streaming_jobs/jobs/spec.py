@@ -7,6 +7,13 @@
     trigger = "1s"                           # a processing-time interval, or "available-now"
     delete_event_types = ["AccountClosed"]   # latest_state: these (and tombstones) delete the row
 
+    [on_schema_change]                       # table kinds; the defaults:
+    column_added = "add"                     # add | stop
+    column_dropped = "keep"                  # keep | drop | stop
+    column_renamed = "rename"                # rename | drop_and_add | stop
+    type_widened = "widen"                   # widen | rewrite | stop
+    incompatible = "stop"                    # stop | dead_letter
+
 Where a job keeps its things, all derived from its name and table: the Delta table, `<table>_dead_letters`
 beside it, and its checkpoint in `<lake>/_checkpoints/<name>`.
 """
@@ -36,6 +43,34 @@ DEAD_LETTER_SUFFIX = "_dead_letters"
 EVENT_IDS_SUFFIX = "_event_ids"
 
 
+class SchemaChangePolicy(BaseModel):
+    """What a table_mirror or table_history job does when the changes' row shape differs from its contract.
+
+    Every change is said in the job's log and written into the contract (its `x-version` goes up); "stop" ends
+    the job with a message naming the change and the ways on, before anything of the batch is written.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    column_added: Literal["add", "stop"] = Field("add", description="add: a new Delta column, filled from then on")
+    column_dropped: Literal["keep", "drop", "stop"] = Field(
+        "keep", description="keep: the Delta column stays, null from then on; drop: removed from the Delta table"
+    )
+    column_renamed: Literal["rename", "drop_and_add", "stop"] = Field(
+        "rename",
+        description="rename: the Delta column is renamed (column mapping), values kept; drop_and_add: a new column "
+        "(the old one as column_dropped says). Told from a drop and an add by the source catalog's attnum",
+    )
+    type_widened: Literal["widen", "rewrite", "stop"] = Field(
+        "widen",
+        description="widen: Delta type widening in place (int -> bigint, decimal precision up; readers need the "
+        "typeWidening feature); rewrite: the table rewritten with the new type, readable by any Delta reader",
+    )
+    incompatible: Literal["stop", "dead_letter"] = Field(
+        "stop", description="a type change Delta cannot follow in place, or a key column changed"
+    )
+
+
 class JobSpec(BaseModel):
     """One streaming job as declared in its file."""
 
@@ -50,6 +85,9 @@ class JobSpec(BaseModel):
     projection: str | None = Field(None, description="module:function, for kind = projection")
     source_table: str | None = Field(
         None, description="schema.table whose row contract (schemas/tables/) the table kinds parse with"
+    )
+    on_schema_change: SchemaChangePolicy = Field(
+        default_factory=SchemaChangePolicy, description="table kinds: what a change of the source's columns does"
     )
     max_offsets_per_trigger: int = Field(
         500_000,
@@ -95,6 +133,8 @@ class JobSpec(BaseModel):
             raise ValueError(f'a {self.kind} job names its table: source_table = "public.accounts"')
         if self.kind not in TABLE_KINDS and self.source_table:
             raise ValueError(f"source_table is only for the table kinds, not {self.kind}")
+        if "on_schema_change" in self.model_fields_set and self.kind not in TABLE_KINDS:
+            raise ValueError(f"on_schema_change is only for the table kinds, not {self.kind}")
         if self.delete_event_types and self.kind != "latest_state":
             raise ValueError("delete_event_types is only for kind = latest_state")
         return self

@@ -19,12 +19,14 @@ from pyspark.sql import functions as F  # noqa: N812
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes
+from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.once import applied, poison
 from streaming_jobs.once.resent import drop_resent
 from streaming_jobs.ranges.positions import Partition
+from streaming_jobs.schema_change import apply as schema_change
 from streaming_jobs.sinks.context import BatchContext, record_only
 from streaming_jobs.sinks.dead_letters import count_dead, write_dead_letters
 from streaming_jobs.sinks.event_log import event_log
@@ -38,7 +40,7 @@ Ranges = Mapping[Partition, applied.Interval]
 
 def _table_kind(write: Callable[..., int]) -> Handler:
     def handler(changes: DataFrame, ctx: BatchContext) -> int:
-        return write(changes, ctx, load_table_contract(ctx.job.source_table or ""))
+        return write(changes, ctx, ctx.contract or load_table_contract(ctx.job.source_table or ""))
 
     return handler
 
@@ -68,6 +70,20 @@ def _outside(held: applied.Applied) -> Column:
     return ~functools.reduce(operator.or_, inside) if inside else F.lit(True)
 
 
+def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame]:
+    """The batch's table changes, read shape by shape; the contract evolved first if the source's columns changed."""
+    shaped = schema_change.with_shape(records)
+    contract, plans = schema_change.reconcile(
+        ctx.spark,
+        ctx.job,
+        ctx.table,
+        schema_change.table_contract(ctx.table, ctx.job.source_table or ""),
+        schema_change.observed(shaped),
+        lambda: SparkSettings.load().source_pg_dsn,
+    )
+    return replace(ctx, contract=contract), table_changes.classify(shaped, contract, plans)
+
+
 def handle_batch(
     records: DataFrame, ctx: BatchContext, registry: ContractRegistry, covered: Ranges | None = None
 ) -> tuple[int, int]:
@@ -85,7 +101,7 @@ def handle_batch(
         ctx = replace(ctx, applied_metadata=held.plus(ranges).with_topics(ctx.topics).metadata(), ranges=ranges)
         fresh = records.where(_outside(held)) if held.intervals else records
         if ctx.job.kind in TABLE_KINDS:
-            classified = table_changes.classify(fresh, load_table_contract(ctx.job.source_table or ""))
+            ctx, classified = _table_changes(fresh, ctx)
         else:
             classified = outbox_events.classify(fresh, registry)
         classified = classified.cache()

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from cdcpipe.errors import CdcpipeError
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import SparkSettings
+from streaming_jobs.errors import SchemaChangeError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec, find
@@ -124,6 +125,7 @@ def run(
                 query.awaitTermination()  # raises the query's own error, if it died of one
                 break
             except StreamingQueryException as exc:
+                _raise_stop_of_ours(exc)
                 # The writer lease's Postgres went away (a restart, a network cut): the batch failed before or
                 # while committing. Start the query again from its checkpoint: Spark replays the batch it did not
                 # mark done, and the batch first reads what the table holds, so nothing is applied twice.
@@ -137,6 +139,17 @@ def run(
     finally:
         write_progress(checkpoint, query.lastProgress, counts, running=False)
         spark.stop()
+
+
+def _raise_stop_of_ours(exc: Exception) -> None:
+    """A batch that stopped the job on purpose (a schema change its policy stops on) ends it with that message.
+
+    Spark wraps the Python error of a batch in its own; the message is the line naming our error's class.
+    """
+    marker = f"{SchemaChangeError.__module__}.{SchemaChangeError.__name__}: "
+    said = next((line.split(marker, 1)[1] for line in str(exc).splitlines() if marker in line), None)
+    if said is not None:
+        raise SchemaChangeError(said.strip()) from exc
 
 
 def _first_line(exc: Exception) -> str:

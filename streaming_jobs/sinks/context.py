@@ -12,6 +12,7 @@ from typing import Any
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
+from schemas.table_contracts import TableContract
 from streaming_jobs.jobs.spec import EVENT_IDS_SUFFIX, JobSpec
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
@@ -70,6 +71,8 @@ class BatchContext:
     # The Delta transaction marker of this write when it is not (app_id, batch_id): a piece of a batch that
     # failed on a poison record (streaming_jobs.once.poison) is one write of its own.
     txn: tuple[str, int] | None = None
+    # The table kinds: the source table's contract the batch is written with (evolved by this batch, maybe).
+    contract: TableContract | None = None
 
     @property
     def marker(self) -> tuple[str, int]:

@@ -3,14 +3,24 @@
 Both key on the table's primary key (from its row contract) and order a key's changes by `source.lsn`, then
 Kafka offset. Each writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
 whole; and a change never overwrites a newer one (an LSN comparison), so order holds across batches too.
+
+An unchanged TOASTed value (named in `_unavailable`, classify.table_changes) takes the key's value before it:
+from an earlier change of the batch, else from the table (the mirror's row, the history's current version).
+A key the table does not hold yet gets null there: the value was never sent. `REPLICA IDENTITY FULL` on the
+source table makes Debezium send every value (`schema apply` sets it for `replica_identity_full` tables).
 """
 
 from __future__ import annotations
 
+from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.types import BinaryType, StringType
 
 from schemas.table_contracts import TableContract
+from streaming_jobs.classify.table_changes import UNAVAILABLE
+from streaming_jobs.schema_change.apply import keep_copy
+from streaming_jobs.schema_change.types import spark_type
 from streaming_jobs.sinks.context import BatchContext, ensure_table
 
 MIRROR_META = ["_lsn", "_source_ts"]
@@ -21,29 +31,86 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def toastable(contract: TableContract) -> list[str]:
+    """Columns whose unchanged value Debezium may leave out (variable-length text and bytes), unless FULL."""
+    if contract.replica_identity == "full":
+        return []
+    return [c for c, t in contract.types.items() if isinstance(spark_type(t), StringType | BinaryType)]
+
+
+def _carry_unavailable(changes: DataFrame, keys: list[str], columns: list[str]) -> DataFrame:
+    """Each unavailable value replaced by the key's latest available one in the batch, in LSN order."""
+    if not columns:
+        return changes
+    so_far = (
+        Window.partitionBy(*keys)
+        .orderBy("_lsn", "kafka_offset")
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    carried = changes
+    for c in columns:
+        # Wrapped in a struct, so a real null is a value and only "not sent" is skipped.
+        given = F.when(~F.array_contains(UNAVAILABLE, c), F.struct(F.col(c).alias("v")))
+        carried = carried.withColumn(f"_have_{c}", F.last(given, ignorenulls=True).over(so_far))
+    still = F.array_compact(F.array(*[F.when(F.col(f"_have_{c}").isNull(), F.lit(c)) for c in columns]))
+    return carried.select(
+        *[F.col(f"_have_{c}.v").alias(c) if c in columns else F.col(c) for c in changes.columns if c != UNAVAILABLE],
+        still.alias(UNAVAILABLE),
+    )
+
+
+def _kept(column: str, unavailable: list[str]) -> str:
+    """The MERGE value of a column: the table's own where the change did not send it."""
+    if column in unavailable:
+        return f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{column}') THEN t.{_quoted(column)} ELSE s.{_quoted(column)} END"
+    return f"s.{_quoted(column)}"
+
+
 def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
     """Insert, update and delete rows as the source did, newest change per key winning."""
     keys, columns = list(contract.primary_key), contract.columns
+    unsent = toastable(contract)
     window = Window.partitionBy(*keys).orderBy(F.col("_lsn").desc(), F.col("kafka_offset").desc())
     newest = (
-        changes.where(F.col("error").isNull())
+        _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
         .withColumn("_n", F.row_number().over(window))
         .where("_n = 1")
-        .select(*columns, *MIRROR_META, "_op")
+        .select(*columns, *MIRROR_META, "_op", UNAVAILABLE)
     )
-    table = ensure_table(ctx, newest.drop("_op"))
+    table = ensure_table(ctx, newest.drop("_op", UNAVAILABLE))
+    keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
-    values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
+    inserted: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
+    updated: dict[str, str | Column] = {_quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
     with ctx.idempotent():
         (
             table.alias("t")
             .merge(newest.alias("s"), on)
             .whenMatchedDelete(condition="s._op = 'd' AND s._lsn > t._lsn")
-            .whenMatchedUpdate(condition="s._op <> 'd' AND s._lsn > t._lsn", set=values)
-            .whenNotMatchedInsert(condition="s._op <> 'd'", values=values)
+            .whenMatchedUpdate(condition="s._op <> 'd' AND s._lsn > t._lsn", set=updated)
+            .whenNotMatchedInsert(condition="s._op <> 'd'", values=inserted)
             .execute()
         )
     return newest.count()
+
+
+def _from_current_versions(ordered: DataFrame, ctx: BatchContext, keys: list[str], unsent: list[str]) -> DataFrame:
+    """Values no change of the batch sent, from the key's current version in the table."""
+    current = (
+        DeltaTable.forPath(ctx.spark, str(ctx.table))
+        .toDF()
+        .where("is_current")
+        .select(*[F.col(k).alias(f"_cur_{k}") for k in keys], *[F.col(c).alias(f"_cur_{c}") for c in unsent])
+    )
+    on = [ordered[k].eqNullSafe(current[f"_cur_{k}"]) for k in keys]
+    joined = ordered.join(current, on, "left")
+    filled = [
+        F.when(F.array_contains(UNAVAILABLE, c), F.col(f"_cur_{c}")).otherwise(F.col(c)).alias(c)
+        if c in unsent
+        else F.col(c)
+        for c in ordered.columns
+    ]
+    return joined.select(*filled)
 
 
 def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
@@ -54,13 +121,21 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     the new versions carry no merge key, so they never match and are inserted.
     """
     keys, columns = list(contract.primary_key), contract.columns
+    unsent = toastable(contract)
     in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
     ordered = (
-        changes.where(F.col("error").isNull())
+        _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
         .withColumn("_next_ts", F.lead("_source_ts").over(in_order))
         .withColumn("_rank", F.row_number().over(in_order))
         .cache()
     )
+    cached = ordered
+    if (
+        unsent
+        and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table))
+        and not ordered.where(F.size(UNAVAILABLE) > 0).isEmpty()
+    ):
+        ordered = _from_current_versions(ordered, ctx, keys, unsent)
     versions = ordered.where("_op <> 'd'").select(
         *[F.lit(None).cast(ordered.schema[k].dataType).alias(f"_mk_{k}") for k in keys],
         F.lit(None).cast("timestamp").alias("_close_at"),
@@ -83,6 +158,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     )
     staged = versions.unionByName(closing)
     table = ensure_table(ctx, versions.select(*columns, *HISTORY_META))
+    keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
     values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
     with ctx.idempotent():
@@ -93,6 +169,6 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
             .whenNotMatchedInsert(condition="s._insert", values=values)
             .execute()
         )
-    count = ordered.count()
-    ordered.unpersist()
+    count = cached.count()
+    cached.unpersist()
     return count

@@ -286,9 +286,17 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
         cdcpipe("connectors", "delete", name, "--drop-slot", "--drop-publication", "--yes", env=stack.process_env())
         with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE public.{}").format(sql.Identifier(table)))
-    changes = [(json.loads(r.value)["op"], json.loads(r.key or b"")["id"]) for r in records if r.value is not None]
+    with_value = [r for r in records if r.value is not None]
+    values = [json.loads(r.value or b"") for r in with_value]
+    changes = [(v["payload"]["op"], json.loads(r.key or b"")["id"]) for v, r in zip(values, with_value, strict=True)]
     assert changes == [("r", "a"), ("c", "b"), ("u", "a"), ("d", "b")]
-    update = next(json.loads(r.value) for r in records if r.value and json.loads(r.value)["op"] == "u")
+    # Each change carries its row shape, with each column's Postgres type (schema changes: streaming_jobs.schema_change).
+    after = next(f for f in values[0]["schema"]["fields"] if f["field"] == "after")
+    assert {f["field"]: f["parameters"]["__debezium.source.column.type"] for f in after["fields"]} == {
+        "id": "TEXT",
+        "balance": "INT4",
+    }
+    update = next(v["payload"] for v in values if v["payload"]["op"] == "u")
     assert update["after"] == {"id": "a", "balance": 11}
     assert [r.value for r in records][-1] is None, "a delete is followed by a tombstone"
 

@@ -1,0 +1,272 @@
+"""A batch's row shapes met with the job's contract: the Delta table and the contract follow, or the job stops.
+
+Runs inside the batch, under the table's writer lease, before anything of the batch is written. The shapes
+are found with one small aggregation (a hash of each change's schema); a shape seen before in this process
+costs nothing more. A new shape is compared with the contract (streaming_jobs.schema_change.evolve); what
+follows is applied to the Delta table first, then written into the contract file. Both steps check what is
+already there, so a job that dies between them, or another job on the same contract, applies nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache
+
+import psycopg
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.types import StructType
+
+from schemas import table_contracts
+from schemas.table_contracts import TableContract, load_table_contract
+from streaming_jobs.errors import SchemaChangeError
+from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.schema_change.evolve import Decision, Operation, decide, live_columns
+from streaming_jobs.schema_change.shapes import Shape, contract_shape, parse_shape
+
+log = logging.getLogger(__name__)
+
+CONTRACT_COPY = "_cdcpipe_contract.json"
+SCHEMA_TEXT = "_schema_text"
+SHAPE = "_shape"
+_ENVELOPE = '{"schema":'
+_PAYLOAD = ',"payload":'
+_LIVE_COLUMNS = """
+SELECT attname, attnum FROM pg_attribute
+WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped
+"""
+
+
+def with_shape(records: DataFrame) -> DataFrame:
+    """The records with their schema's text (null without one) and its hash, `_shape`.
+
+    The JSON converter writes `{"schema":{...},"payload":{...}}` with the schema first: the text before
+    `,"payload":` is the schema, without parsing the JSON (a schema holds no key named payload).
+    """
+    value = F.col("value").cast("string")
+    text = F.when(
+        value.startswith(_ENVELOPE), F.substring_index(value, _PAYLOAD, 1).substr(len(_ENVELOPE) + 1, 1 << 30)
+    )
+    return records.withColumn(SCHEMA_TEXT, text).withColumn(SHAPE, F.xxhash64(F.col(SCHEMA_TEXT)))
+
+
+def observed(records: DataFrame) -> list[tuple[int | None, str | None]]:
+    """Each shape in the batch (hash, schema text; None, None for changes without a schema), oldest first."""
+    rows = (
+        records.where(F.col("value").isNotNull())
+        .groupBy(F.when(F.col(SCHEMA_TEXT).isNotNull(), F.col(SHAPE)).alias(SHAPE))
+        .agg(F.first(SCHEMA_TEXT).alias(SCHEMA_TEXT), F.min("offset").alias("first"))
+        .orderBy("first")
+        .collect()
+    )
+    return [(r[SHAPE], r[SCHEMA_TEXT]) for r in rows]
+
+
+@cache
+def _parsed(text: str) -> Shape:
+    return parse_shape(text)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the changes of one shape are read: the shape, and a dead-letter reason when they are set aside.
+
+    `names` maps a column of the contract the batch is written with to the shape's field holding it, for a
+    shape older than a rename later in the same batch.
+    """
+
+    shape: Shape
+    dead_letter: str | None = None
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def source(self, column: str) -> str | None:
+        """The shape's field of a contract column (None: the shape has no such column)."""
+        name = self.names.get(column, column)
+        return name if name in self.shape.names else None
+
+
+def _catalog(dsn: str | None, table: str) -> dict[str, int]:
+    """The source table's live columns and their attnums now; empty without the catalog (said in the log)."""
+    if not dsn:
+        return {}
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            return {str(name): int(num) for name, num in conn.execute(_LIVE_COLUMNS, (table,)).fetchall()}
+    except psycopg.Error as exc:
+        log.warning("schema change of %s: cannot read the source catalog (%s): renames read as drop + add", table, exc)
+        return {}
+
+
+def renames_from(contract: TableContract, shape: Shape, attnums: Mapping[str, int]) -> dict[str, str]:
+    """Contract columns the shape no longer has whose attnum the catalog now gives to a column it gained.
+
+    Postgres keeps a column's attnum through RENAME COLUMN; a dropped column's number is never reused.
+    """
+    live = live_columns(contract)
+    gained = set(shape.names) - set(live)
+    by_number = {num: name for name, num in attnums.items()}
+    found = {}
+    for column in live:
+        number = contract.attnum(column)
+        if column not in shape.names and number is not None and by_number.get(number) in gained:
+            found[column] = by_number[number]
+    return found
+
+
+def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Operation, ...]) -> None:
+    """Each operation the Delta table does not show yet (a table not made yet gets the new columns at creation)."""
+    if not operations or not DeltaTable.isDeltaTable(spark, str(table)):
+        return
+    name = f"delta.`{table}`"
+    delta = DeltaTable.forPath(spark, str(table))
+    schema: StructType = delta.toDF().schema
+    columns = {f.name: f.dataType.simpleString() for f in schema.fields}
+    properties = delta.detail().select("properties").first()
+    props: Mapping[str, str] = properties[0] if properties else {}
+    if any(op.kind in ("drop", "rename") for op in operations) and props.get("delta.columnMapping.mode") != "name":
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    if any(op.kind == "widen" for op in operations) and props.get("delta.enableTypeWidening") != "true":
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    for op in operations:
+        column = _quoted(op.column)
+        if op.kind == "add" and op.column not in columns:
+            spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({column} {op.type})")
+        elif op.kind == "drop" and op.column in columns:
+            spark.sql(f"ALTER TABLE {name} DROP COLUMN {column}")
+        elif op.kind == "rename" and op.column in columns and op.new_name not in columns:
+            spark.sql(f"ALTER TABLE {name} RENAME COLUMN {column} TO {_quoted(op.new_name or op.column)}")
+        elif op.kind == "widen" and columns.get(op.column) != op.type:
+            spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {op.type}")
+    rewrites = [op for op in operations if op.kind == "rewrite" and columns.get(op.column) != op.type]
+    if rewrites:
+        # Every file rewritten once, with the new types: a table any Delta reader reads, at the cost of a copy.
+        # Its commit carries no applied offsets, so the ones before it still say what the table holds.
+        rows = spark.read.format("delta").load(str(table))
+        for op in rewrites:
+            rows = rows.withColumn(op.column, F.col(op.column).cast(op.type or "string"))
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(table))
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def reconcile(
+    spark: SparkSession,
+    job: JobSpec,
+    table: LakePath,
+    contract: TableContract,
+    shapes: list[tuple[int | None, str | None]],
+    source_dsn: Callable[[], str | None],
+) -> tuple[TableContract, dict[int | None, Plan]]:
+    """The contract the batch is written with, and how each shape's changes are read.
+
+    Shapes are taken oldest first, each against the contract as the ones before it left it. Raises
+    SchemaChangeError when the policy says stop.
+    """
+    plans: dict[int | None, Plan] = {}
+    renamed: list[tuple[int | None, Mapping[str, str]]] = []  # each evolution's renames, after the shapes seen so far
+    for shape_hash, text in shapes:
+        shape = contract_shape(contract) if text is None else _parsed(text)
+        if not shape.described:
+            plans[shape_hash] = Plan(shape)
+            continue
+        decision = _decide(job, contract, shape, source_dsn)
+        if decision.stop:
+            raise SchemaChangeError(decision.stop)
+        if decision.dead_letter:
+            plans[shape_hash] = Plan(shape, decision.dead_letter)
+            continue
+        if decision.document is not None:
+            log.warning(
+                "job %s: table %s changed at the source: %s; contract v%d -> v%d",
+                job.name,
+                contract.table,
+                "; ".join(map(str, decision.changes)),
+                contract.version,
+                decision.document["x-version"],
+            )
+            _apply_operations(spark, table, decision.operations)
+            contract = _save(table, contract, decision)
+            renamed.append(
+                (shape_hash, {c.column: c.new_name or c.column for c in decision.changes if c.kind == "renamed"})
+            )
+        plans[shape_hash] = Plan(shape)
+    return contract, {h: replace(p, names=_names_now(h, list(plans), renamed)) for h, p in plans.items()}
+
+
+def _names_now(
+    shape_hash: int | None, order: list[int | None], renamed: list[tuple[int | None, Mapping[str, str]]]
+) -> dict[str, str]:
+    """Final column -> this shape's field, through the renames decided at the shapes after this one."""
+    after = order[order.index(shape_hash) + 1 :]
+    names: dict[str, str] = {}  # current name -> the field's name in this shape
+    for at, renames in renamed:
+        if at in after:
+            for old, new in renames.items():
+                names[new] = names.pop(old, old)
+    return names
+
+
+def _decide(job: JobSpec, contract: TableContract, shape: Shape, source_dsn_of: Callable[[], str | None]) -> Decision:
+    plain = decide(job.name, contract, shape, job.on_schema_change, {}, {})
+    if not plain.changes:
+        return plain
+    # Only a shape that differs asks the catalog: for renames, and for the numbers of added columns.
+    source_dsn = source_dsn_of()
+    attnums = _catalog(source_dsn, contract.table)
+    renames = renames_from(contract, shape, attnums)
+    gone = [c.column for c in plain.changes if c.kind == "dropped"]
+    if gone and not renames and not source_dsn and any(c.kind == "added" for c in plain.changes):
+        log.warning(
+            "job %s: %s lost %s and gained columns: without the source catalog (CDCPIPE_SOURCE_PG_DSN) a rename "
+            "cannot be told from a drop and an add, so it is read as drop + add",
+            job.name,
+            contract.table,
+            ", ".join(gone),
+        )
+    return decide(job.name, contract, shape, job.on_schema_change, renames, attnums)
+
+
+def table_contract(table: LakePath, source_table: str) -> TableContract:
+    """The contract this job's table is written with: its own copy beside the table, else the contract file.
+
+    Two jobs of one source table (a mirror and a history) each evolve their own table; each keeps the
+    contract its table follows in the table's folder (`_cdcpipe_contract.json`, hidden from Delta), so one
+    job evolving the shared file does not make the other skip the change its own table still needs.
+    """
+    shared = load_table_contract(source_table)
+    try:
+        document = json.loads((table / CONTRACT_COPY).read_text())
+    except FileNotFoundError:
+        return shared
+    return table_contracts.from_document(source_table, document, shared.path)
+
+
+def keep_copy(table: LakePath, contract: TableContract) -> None:
+    """Write the table's own copy of its contract, once, when the table is first written."""
+    copy = table / CONTRACT_COPY
+    if not copy.exists():
+        copy.write_text(json.dumps(contract.schema, indent=1))
+
+
+def _save(table: LakePath, contract: TableContract, decision: Decision) -> TableContract:
+    """The contract's next version: the table's copy, then the contract file (unless it is read-only)."""
+    document = decision.document or contract.schema
+    (table / CONTRACT_COPY).write_text(json.dumps(document, indent=1))
+    try:
+        table_contracts.save(contract, document)
+    except OSError as exc:
+        log.warning(
+            "cannot write the evolved contract %s (%s): the job goes on with its table's copy; run "
+            "`cdcpipe schema tables import %s` to bring the file up to date",
+            contract.path,
+            exc,
+            contract.table,
+        )
+    return table_contracts.from_document(contract.table, document, contract.path)

@@ -1,0 +1,131 @@
+"""Postgres types as Delta columns, and a change's values (as Debezium's JSON converter writes them) as those.
+
+| Postgres | Delta (Spark) | from the change |
+|---|---|---|
+| int2, int4, int8 | short, int, long | JSON numbers |
+| float4, float8 | float, double | JSON numbers |
+| numeric(p,s), p <= 38 | decimal(p,s) | exact text (`decimal.handling.mode=string`) |
+| numeric without precision, or p > 38 | string | exact text: Spark's decimal holds 38 digits |
+| bool | boolean | |
+| text, varchar(n), bpchar(n), uuid, enums, json, jsonb, xml, others | string | jsonb as its JSON text |
+| bytea | binary | base64 |
+| date | date | days since 1970-01-01 |
+| timestamp (without zone) | timestamp_ntz | epoch milliseconds or microseconds (by precision) |
+| timestamptz | timestamp (an instant, UTC) | ISO 8601 text |
+| time, interval | long (microseconds) | microseconds |
+| an array of any of these | array of its element's type | JSON array |
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F  # noqa: N812
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from schemas.pg_types import PgType
+from streaming_jobs.schema_change.shapes import Field
+
+MAX_DECIMAL_PRECISION = 38
+_SIMPLE: dict[str, DataType] = {
+    "int2": ShortType(),
+    "int4": IntegerType(),
+    "int8": LongType(),
+    "float4": FloatType(),
+    "float8": DoubleType(),
+    "bool": BooleanType(),
+    "bytea": BinaryType(),
+    "date": DateType(),
+    "timestamp": TimestampNTZType(),
+    "timestamptz": TimestampType(),
+    "time": LongType(),
+    "interval": LongType(),
+}
+_INTEGERS: list[DataType] = [ShortType(), IntegerType(), LongType()]
+_INTEGER_DIGITS: dict[DataType, int] = {ShortType(): 5, IntegerType(): 10, LongType(): 20}
+
+
+def spark_type(pg: PgType) -> DataType:
+    """The Delta column type of a Postgres type (the table above)."""
+    if pg.is_array:
+        return ArrayType(spark_type(pg.element), True)
+    if pg.name == "numeric":
+        if pg.precision is not None and 0 < pg.precision <= MAX_DECIMAL_PRECISION:
+            return DecimalType(pg.precision, pg.scale or 0)
+        return StringType()
+    return _SIMPLE.get(pg.name, StringType())
+
+
+def parse_type(field: Field) -> DataType:
+    """The type `from_json` reads the field's JSON value as, before it becomes its Delta type."""
+    if field.connect == "array":
+        return ArrayType(parse_type(field.items) if field.items else StringType(), True)
+    if field.logical == "io.debezium.time.Date":
+        return IntegerType()
+    if field.connect in ("int8", "int16", "int32", "int64"):
+        return LongType()
+    if field.connect in ("float", "float32", "double", "float64"):
+        return DoubleType()
+    if field.connect == "boolean":
+        return BooleanType()
+    return StringType()  # strings, base64 bytes, and anything else as its JSON text
+
+
+def convert(value: Column, field: Field, target: DataType, strict: bool = True) -> Column:
+    """The field's parsed value as the Delta column type `target` (not strict: null where it does not fit)."""
+    if isinstance(target, ArrayType) and field.items is not None:
+        items, element = field.items, target.elementType
+        return F.transform(value, lambda item: convert(item, items, element, strict))
+    logical = field.logical or ""
+    if logical == "io.debezium.time.Date":
+        value = F.date_from_unix_date(value)
+    elif logical == "io.debezium.time.Timestamp":
+        value = F.timestamp_millis(value)
+    elif logical == "io.debezium.time.MicroTimestamp":
+        value = F.timestamp_micros(value)
+    elif logical == "io.debezium.time.NanoTimestamp":
+        value = F.timestamp_micros(F.floor(value / 1000))
+    elif logical == "io.debezium.time.Time":
+        value = value * 1000
+    elif logical == "io.debezium.time.NanoTime":
+        value = F.floor(value / 1000)
+    elif field.connect == "bytes":
+        value = F.unbase64(value)
+    # Epoch-based timestamps become instants; a timestamp without zone is that instant read in UTC (the
+    # session's zone, see spark_session), which gives back the wall-clock value Postgres stored.
+    return value.cast(target) if strict else value.try_cast(target)
+
+
+def widens(old: DataType, new: DataType) -> bool:
+    """Whether Delta's type widening can change a column from `old` to `new` in place, keeping every value."""
+    if old == new:
+        return True
+    if isinstance(old, ArrayType) and isinstance(new, ArrayType):
+        return widens(old.elementType, new.elementType)
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(old) <= _INTEGERS.index(new)
+    if old in _INTEGERS and isinstance(new, DecimalType):
+        return new.precision - new.scale >= _INTEGER_DIGITS[old]
+    if old in _INTEGERS[:2] and new == DoubleType():
+        return True
+    if old == FloatType() and new == DoubleType():
+        return True
+    if old == DateType() and new == TimestampNTZType():
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale
+    return False

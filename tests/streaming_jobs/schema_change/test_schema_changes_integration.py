@@ -1,0 +1,283 @@
+"""A source table's columns change under a running mirror and history: Debezium on a real table, Delta read back.
+
+One table, one connector, two streaming jobs (a mirror with the default policy, a history that rewrites on
+widening and dead-letters an incompatible change), and each kind of change in turn: ADD, DROP, RENAME,
+a TOASTed value left unchanged, ALTER TYPE widening, ALTER TYPE incompatible. After each, the Delta tables
+are read (delta-rs; Spark for the type-widened mirror, which delta-rs cannot read) and compared with the
+table in Postgres.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError
+from psycopg import sql
+
+from schemas import outbox as schema_outbox
+from tests.conftest import Outbox, Stack, cdcpipe
+from tests.connectors.helpers import shipped, wait_slot_active, wait_state, write_definition
+from tests.kafka_helpers import read_topics
+from tests.outbox_relay.helpers import wait_until
+from tests.streaming_jobs.helpers import alive_and, status
+
+pytestmark = pytest.mark.integration
+
+BIG = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 400))"  # 12,800 chars: TOASTed
+
+
+@dataclass(frozen=True)
+class Source:
+    """The captured table, its connector's topic, its contracts folder, and the jobs' environment."""
+
+    stack: Stack
+    table: str  # schema.table
+    topic: str
+    contracts: Path
+    env: dict[str, str]
+    lake: str
+
+    def run(self, *statements: str) -> None:
+        schema, name = self.table.split(".")
+        with psycopg.connect(self.stack.pg_dsn, autocommit=True) as conn:
+            for statement in statements:
+                conn.execute(sql.SQL(statement).format(t=sql.Identifier(schema, name)))
+
+    def rows(self) -> dict[int, dict[str, Any]]:
+        schema, name = self.table.split(".")
+        with psycopg.connect(self.stack.pg_dsn) as conn, conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            cur.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, name)))
+            return {int(r["id"]): dict(r) for r in cur.fetchall()}
+
+
+def delta_rows(stack: Stack, path: str) -> list[dict[str, Any]]:
+    """Rows read with delta-rs through DataFusion, which honours column mapping (to_pyarrow_table does not)."""
+    table = DeltaTable(path, storage_options=stack.s3_options())
+    found: list[dict[str, Any]] = pa.table(
+        QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+    ).to_pylist()
+    return found
+
+
+def spark_rows(source: Source, path: str) -> list[dict[str, Any]]:
+    """Rows read by Spark with Delta (in a process of its own): for a table delta-rs cannot read."""
+    script = (
+        "import json, sys\n"
+        "from streaming_jobs.spark_session import build_spark_session\n"
+        "spark = build_spark_session(app_name='test-read')\n"
+        f"rows = [r.asDict() for r in spark.read.format('delta').load({path!r}).collect()]\n"
+        "print(json.dumps(rows, default=str))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=source.env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
+    return found
+
+
+def as_text(row: dict[str, Any], columns: list[str]) -> dict[str, str | None]:
+    return {c: None if row.get(c) is None else str(row[c]) for c in columns}
+
+
+def same_rows(source: Source, found: list[dict[str, Any]], columns: list[str]) -> bool:
+    """The Delta rows hold, for these columns, what Postgres holds (compared as text)."""
+    expected = {k: as_text(r, columns) for k, r in source.rows().items()}
+    return {int(str(r["id"])): as_text(r, columns) for r in found} == expected
+
+
+@pytest.fixture
+def source(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Source]:
+    name = f"evo_{outbox.tag}"
+    table = f"public.{name}"
+    ident = sql.Identifier("public", name)
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (id int PRIMARY KEY, name text, qty int4, price numeric(10,2), code varchar(10), "
+                "tag text, doc text)"
+            ).format(ident)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 'n' || g, g, g * 1.5, 'c' || g, 't' || g, 'd' || g FROM generate_series(1, 3) g"
+            ).format(ident)
+        )
+    settings = outbox.schema_settings.model_copy(
+        update={"captured_tables": (table,), "tables_publication": f"pub_evo_{outbox.tag}"}
+    )
+    with psycopg.connect(stack.pg_dsn) as conn:
+        schema_outbox.apply(conn, outbox.names, settings)
+    contracts = tmp_path / "table_contracts"
+    env = {
+        **stack.process_env(),
+        "CDCPIPE_TABLE_CONTRACT_DIRS": str(contracts),
+        "CDCPIPE_JOBS_DIRS": str(tmp_path / "jobs"),
+        "CDCPIPE_RUN_DIR": str(tmp_path / "run"),
+        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),
+        "CDCPIPE_LAKE": stack.s3_lake(),
+    }
+    imported = cdcpipe("schema", "tables", "import", table, env=env)
+    assert imported.returncode == 0, imported.stderr
+    assert (contracts / f"{table}.json").is_file()
+    config = shipped("tables")
+    prefix = f"evo_{outbox.tag}"
+    config.update(
+        {
+            "topic.prefix": prefix,
+            "slot.name": f"slot_evo_{outbox.tag}",
+            "publication.name": f"pub_evo_{outbox.tag}",
+            "table.include.list": f"public\\.{name}",
+        }
+    )
+    connector = f"test-evo-{outbox.tag}"
+    applied = cdcpipe(
+        "connectors", "apply", str(write_definition(tmp_path, {"name": connector, "config": config})), env=env
+    )
+    assert applied.returncode == 0, applied.stderr
+    try:
+        wait_state(stack, connector, "RUNNING")
+        wait_slot_active(stack, f"slot_evo_{outbox.tag}", connector)
+        read_topics(stack.kafka_config(), [f"{prefix}.{table}"], 3, timeout_s=90)  # the snapshot: the topic exists
+        yield Source(stack, table, f"{prefix}.{table}", contracts, env, env["CDCPIPE_LAKE"])
+    finally:
+        cdcpipe("connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes", env=env)
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+
+
+def write_jobs(source: Source, tmp_path: Path, tag: str) -> tuple[str, str]:
+    folder = tmp_path / "jobs"
+    folder.mkdir(exist_ok=True)
+    mirror, history = f"mirror-{tag}", f"history-{tag}"
+    common = f'topics = ["{source.topic}"]\nsource_table = "{source.table}"\ntrigger = "1s"\n'
+    (folder / f"{mirror}.toml").write_text(f'name = "{mirror}"\nkind = "table_mirror"\ntable = "mirror"\n{common}')
+    (folder / f"{history}.toml").write_text(
+        f'name = "{history}"\nkind = "table_history"\ntable = "history"\n{common}'
+        '[on_schema_change]\ntype_widened = "rewrite"\nincompatible = "dead_letter"\n'
+    )
+    return mirror, history
+
+
+def current(source: Source) -> list[dict[str, Any]]:
+    return [r for r in delta_rows(source.stack, f"{source.lake}/history") if r["is_current"]]
+
+
+def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
+    stack: Stack, source: Source, outbox: Outbox, tmp_path: Path
+) -> None:
+    mirror, history = write_jobs(source, tmp_path, outbox.tag)
+    mirror_path = f"{source.lake}/mirror"
+    for job in (mirror, history):
+        submitted = cdcpipe("jobs", "submit", job, env=source.env)
+        assert submitted.returncode == 0, submitted.stderr
+    try:
+
+        def converged(columns: list[str], what: str, reader: str = "delta-rs") -> None:
+            def both() -> bool:
+                try:
+                    mirrored = delta_rows(stack, mirror_path) if reader == "delta-rs" else []
+                    return (reader != "delta-rs" or same_rows(source, mirrored, columns)) and same_rows(
+                        source, current(source), columns
+                    )
+                except (DeltaError, OSError):
+                    return False  # not created yet
+
+            wait_until(
+                alive_and(history, source.env, tmp_path, alive_and(mirror, source.env, tmp_path, both)), 240, what
+            )
+
+        converged(["id", "name", "qty", "price", "code", "tag", "doc"], "the snapshot")
+
+        # ADD COLUMN: a new Delta column, filled from then on.
+        source.run("ALTER TABLE {t} ADD COLUMN email text", "UPDATE {t} SET email = 'a@x' WHERE id = 1")
+        source.run("INSERT INTO {t} VALUES (4, 'n4', 4, 6, 'c4', 't4', 'd4', 'd@x')")
+        converged(["id", "name", "email", "doc"], "the added column")
+
+        # DROP COLUMN (policy keep): the Delta column stays; a row changed after the drop has null there.
+        source.run("ALTER TABLE {t} DROP COLUMN tag", "UPDATE {t} SET name = 'two' WHERE id = 2")
+        converged(["id", "name", "email"], "the update after the drop")
+        tags = {r["id"]: r["tag"] for r in delta_rows(stack, mirror_path)}
+        assert tags == {1: "t1", 2: None, 3: "t3", 4: "t4"}
+
+        # RENAME COLUMN: the Delta column renamed (column mapping), every row keeps its value.
+        source.run("ALTER TABLE {t} RENAME COLUMN name TO full_name", "UPDATE {t} SET full_name = 'three' WHERE id = 3")
+        converged(["id", "full_name", "email", "qty"], "the renamed column")
+        assert "name" not in delta_rows(stack, mirror_path)[0]
+
+        # TOAST: an update that leaves a large value alone sends a placeholder, never written as data.
+        source.run(f"UPDATE {{t}} SET doc = {BIG} WHERE id = 4")
+        converged(["id", "doc"], "the large value")
+        source.run("UPDATE {t} SET qty = qty + 1 WHERE id = 4")
+        converged(["id", "qty", "doc"], "the update beside the TOASTed value")
+        versions = sorted(
+            (r for r in delta_rows(stack, f"{source.lake}/history") if r["id"] == 4), key=lambda r: r["_lsn"]
+        )
+        big = source.rows()[4]["doc"]
+        assert len(big) == 12_800
+        assert [v["doc"] for v in versions][-2:] == [big, big]
+
+        # ALTER TYPE, widening: the mirror widens in place (Delta type widening), the history is rewritten.
+        source.run(
+            "ALTER TABLE {t} ALTER COLUMN qty TYPE bigint",
+            "ALTER TABLE {t} ALTER COLUMN price TYPE numeric(14,2)",
+            "ALTER TABLE {t} ALTER COLUMN code TYPE text",
+            "UPDATE {t} SET qty = 5000000000, price = 123456789012.34, code = 'longer than ten' WHERE id = 1",
+        )
+        widened = ["id", "full_name", "qty", "price", "code", "email", "doc"]
+        converged(widened, "the widened history", reader="spark")
+        wait_until(
+            alive_and(
+                mirror, source.env, tmp_path, lambda: same_rows(source, spark_rows(source, mirror_path), widened)
+            ),
+            240,
+            "the widened mirror",
+        )
+        with pytest.raises(DeltaError, match="TypeWidening"):
+            delta_rows(stack, mirror_path)  # delta-rs 1.6 does not read type-widened tables: `rewrite` is for it
+
+        contract = json.loads((source.contracts / f"{source.table}.json").read_text())
+        assert contract["properties"]["qty"]["x-pg-type"] == "int8"
+        assert contract["properties"]["full_name"]["x-attnum"] == 2  # the renamed column kept its number
+        assert contract["properties"]["tag"]["x-dropped"] is True
+        assert contract["x-version"] >= 5
+        check = cdcpipe("schema", "tables", "import", "--check", source.table, env=source.env)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+        # ALTER TYPE, incompatible: the mirror stops and says what changed; the history sets the change aside.
+        source.run(
+            "ALTER TABLE {t} ALTER COLUMN code TYPE int USING length(code)", "UPDATE {t} SET code = 7 WHERE id = 2"
+        )
+
+        def history_dead_letters() -> list[dict[str, Any]]:
+            try:
+                return delta_rows(stack, f"{source.lake}/history_dead_letters")
+            except DeltaError:
+                return []
+
+        wait_until(lambda: status(mirror, source.env)["running"] is False, 240, "the mirror to stop")
+        log = (tmp_path / "run" / f"{mirror}.log").read_text()
+        said = log.strip().splitlines()[-1]  # the job's last word: the change and the ways on, not a trace
+        assert said.startswith(f"error: job {mirror}: table {source.table}")
+        assert "column code changed text -> int4" in said
+        assert 'on_schema_change.incompatible = "stop"' in said
+        wait_until(
+            alive_and(history, source.env, tmp_path, lambda: len(history_dead_letters()) == 1), 240, "a dead letter"
+        )
+        assert "column code changed text -> int4" in str(history_dead_letters()[0]["error"])
+        check = cdcpipe("schema", "tables", "import", "--check", source.table, env=source.env)
+        assert check.returncode == 1
+        assert "column code is text in the contract, int4 in the table" in check.stdout
+    finally:
+        for job in (mirror, history):
+            cdcpipe("jobs", "stop", job, env=source.env)
