@@ -21,6 +21,7 @@ from jsonschema import Draft202012Validator, FormatChecker, TypeChecker, validat
 from jsonschema.exceptions import SchemaError as JsonSchemaError
 from jsonschema.exceptions import ValidationError
 
+from schemas import compatibility
 from schemas.errors import ContractError, ContractViolationError, UnknownEventTypeError
 
 BUILTIN_DIR = Path(__file__).parent / "contracts"
@@ -123,6 +124,7 @@ class ContractRegistry:
 
     def __init__(self, folders: Iterable[Path]) -> None:
         self._contracts: dict[tuple[str, int], Contract] = {}
+        self._breaks: dict[tuple[str, int], list[str]] = {}
         for folder in folders:
             if not folder.is_dir():
                 raise ContractError(f"contract folder {folder} does not exist; fix {DIRS_VARIABLE}")
@@ -152,6 +154,22 @@ class ContractRegistry:
             )
         return self._contracts[(event_type, chosen)]
 
+    def previous(self, contract: Contract) -> Contract | None:
+        """The version before this one (the newest lower version there is), if any."""
+        lower = [v for (t, v) in self._contracts if t == contract.event_type and v < contract.version]
+        return self._contracts[(contract.event_type, max(lower))] if lower else None
+
+    def breaks(self, contract: Contract) -> list[str]:
+        """How this version breaks the compatibility it declares with the version before it (none: it keeps it)."""
+        key = (contract.event_type, contract.version)
+        if key not in self._breaks:
+            before = self.previous(contract)
+            mode = compatibility.mode_of(contract.schema)
+            self._breaks[key] = (
+                [] if before is None or mode == "none" else compatibility.problems(mode, before.schema, contract.schema)
+            )
+        return self._breaks[key]
+
     def __iter__(self) -> Iterator[Contract]:
         return iter(sorted(self._contracts.values(), key=lambda c: (c.event_type, c.version)))
 
@@ -177,6 +195,10 @@ def _load(path: Path) -> Contract:
     aggregate_type = schema.get("x-aggregate-type")
     if not isinstance(aggregate_type, str) or not aggregate_type:
         raise ContractError(f'{path}: declare the aggregate type, e.g. "x-aggregate-type": "account"')
+    try:
+        compatibility.mode_of(schema)
+    except ValueError as exc:
+        raise ContractError(f"{path}: {exc}") from exc
     unchecked = sorted(set(_formats(schema)) - set(FORMAT_CHECKER.checkers))
     if unchecked:
         raise ContractError(

@@ -11,9 +11,10 @@ import psycopg
 from psycopg import pq, sql
 from psycopg.types.json import Jsonb
 
+from schemas import compatibility
 from schemas.config import OutboxNames
 from schemas.contracts import ContractRegistry, default_registry
-from schemas.errors import ContractViolationError, SchemaError
+from schemas.errors import ContractError, ContractViolationError, SchemaError
 
 
 @cache
@@ -50,7 +51,18 @@ def emit(
             "emit() needs the caller's transaction: call it inside `with conn.transaction():`, or on a "
             "connection with autocommit off, so the event commits together with the business rows"
         )
-    contract = (registry or default_registry()).get(event_type, version)
+    contracts = registry or default_registry()
+    contract = contracts.get(event_type, version)
+    broken = contracts.breaks(contract)
+    if broken:
+        mode = compatibility.mode_of(contract.schema)
+        before = contracts.previous(contract)
+        raise ContractError(
+            f"{event_type} v{contract.version} ({contract.path}) is not {mode} compatible with "
+            f"v{before.version if before else '?'}, as it declares: {'; '.join(broken)}. Nothing was written. Make "
+            f'v{contract.version} compatible, or declare the break in it ("x-compatibility": "none") once every '
+            "reader can take it; `cdcpipe schema check` shows every version"
+        )
     if contract.aggregate_type != aggregate_type:
         raise ContractViolationError(
             event_type,

@@ -8,6 +8,7 @@ import typer
 
 from cdcpipe.cli.common import settings_help
 from schemas import catalog, outbox
+from schemas.compatibility_report import compatibility_report
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import default_registry
 
@@ -34,6 +35,19 @@ def schema_contracts() -> None:
     """List the event contracts (type, version, aggregate type, file)."""
     for contract in default_registry():
         typer.echo(f"{contract.event_type:<24} v{contract.version:<3} {contract.aggregate_type:<16} {contract.path}")
+
+
+@app.command("check")
+def schema_check(
+    event_types: list[str] = typer.Argument(None, help="event types to check (default: every one)"),
+) -> None:
+    """Each event contract version against the one before it: backward / forward, and the mode it declares."""
+    failed = False
+    for line, broken in compatibility_report(default_registry(), event_types or None):
+        typer.echo(line)
+        failed = failed or broken
+    if failed:
+        raise typer.Exit(1)
 
 
 tables_app = typer.Typer(help="Table contracts of captured tables, from the Postgres catalog.", no_args_is_help=True)

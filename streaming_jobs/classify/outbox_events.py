@@ -81,7 +81,11 @@ def _columns(registry: ContractRegistry) -> _Columns:
                 F.col("event_type"),
                 F.lit(" v"),
                 F.col("event_version_text"),
-                F.lit(": no contract in schemas/contracts"),
+                F.lit(": no contract "),
+                F.col("event_type"),
+                F.lit(".v"),
+                F.col("event_version_text"),
+                F.lit(".json in schemas/contracts or a folder of CDCPIPE_CONTRACT_DIRS"),
             ),
         )
         .otherwise(by_contract)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,8 +13,9 @@ from psycopg import sql
 from cdcpipe.errors import ConfigError
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
+from schemas.contracts import BUILTIN_DIR, ContractRegistry
 from schemas.emit import emit
-from schemas.errors import ContractViolationError, SchemaError
+from schemas.errors import ContractError, ContractViolationError, SchemaError
 from schemas.outbox import scram_verifier
 from tests.conftest import Outbox, Stack, cdcpipe
 
@@ -203,3 +206,31 @@ def test_one_aggregate_waits_for_the_other_writer_so_seq_is_commit_order(outbox:
         emit(second, "account", "a-2", "AccountOpened", {**ACCOUNT, "account_id": "a-2"}, names=outbox.names)
         second.commit()
         first.commit()
+
+
+def test_emit_refuses_a_version_that_breaks_the_compatibility_it_declares(outbox: Outbox, tmp_path: Path) -> None:
+    v1 = json.loads((BUILTIN_DIR / "MoneyDeposited.v1.json").read_text())
+    required = {
+        **v1,
+        "required": [*v1["required"], "memo"],
+        "properties": {**v1["properties"], "memo": {"type": "string"}},
+    }
+    (tmp_path / "MoneyDeposited.v2.json").write_text(json.dumps(required))
+    registry = ContractRegistry([BUILTIN_DIR, tmp_path])
+    payload = {"account_id": "a-1", "amount": 5, "currency": "EUR", "memo": "rent"}
+    with psycopg.connect(outbox.dsn) as conn:
+        with pytest.raises(ContractError) as raised:
+            emit(conn, "account", "a-1", "MoneyDeposited", payload, names=outbox.names, registry=registry)
+        conn.commit()
+    assert "MoneyDeposited v2" in str(raised.value)
+    assert "is not backward compatible with v1" in str(raised.value)
+    assert "$.memo: required by the reader, not by the writer" in str(raised.value)
+    assert '"x-compatibility": "none"' in str(raised.value)
+    assert outbox.count() == 0
+    # Told: the break declared in the file, the version is written.
+    (tmp_path / "MoneyDeposited.v2.json").write_text(json.dumps({**required, "x-compatibility": "none"}))
+    registry = ContractRegistry([BUILTIN_DIR, tmp_path])
+    with psycopg.connect(outbox.dsn) as conn:
+        emit(conn, "account", "a-1", "MoneyDeposited", payload, names=outbox.names, registry=registry)
+        conn.commit()
+    assert outbox.count() == 1

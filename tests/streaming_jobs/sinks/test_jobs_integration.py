@@ -46,6 +46,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
         (None, "MoneyDeposited", deposit("a-2", 1), None),
         ("a-2", "SomethingElse", json.dumps({"x": 1}), None),
         ("a-2", "MoneyDeposited", json.dumps({"account_id": "a-2", "amount": 3, "currency": "EUR", "tip": 1}), None),
+        ("a-2", "MoneyDeposited", deposit("a-2", 2), {"eventVersion": "9"}),  # a version with no contract here
     ]
     ids = send(stack, topic, good + bad)
     # The same event sent twice (a publisher's retry): it must appear once.
@@ -59,7 +60,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     send_again.flush(30)
     job = make_job(stack, tmp_path, "event_log", [topic])
     job.run()
-    assert job.counts() == (2, 6), "the rows appended (the copy in the batch is not) and the dead letters"
+    assert job.counts() == (2, 7), "the rows appended (the copy in the batch is not) and the dead letters"
     rows = job.table()
     assert sorted(str(r["event_id"]) for r in rows) == sorted(ids[:2])
     first = next(r for r in rows if r["event_id"] == ids[0])
@@ -69,7 +70,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert first["headers"] is not None
 
     dead = sorted(job.table("_dead_letters"), key=lambda r: int(str(r["kafka_offset"])))
-    assert [r["kafka_offset"] for r in dead] == [2, 3, 4, 5, 6, 7]
+    assert [r["kafka_offset"] for r in dead] == [2, 3, 4, 5, 6, 7, 8]
     reasons = [str(r["error"]) for r in dead]
     assert "malformed JSON" in reasons[0]
     assert "$.amount has the wrong type: the contract says integer" in reasons[1]
@@ -77,12 +78,13 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert "null key" in reasons[3]
     assert "unknown event type SomethingElse v1" in reasons[4]
     assert "unexpected field(s) tip" in reasons[5]
+    assert "unknown event type MoneyDeposited v9: no contract MoneyDeposited.v9.json" in reasons[6]
     assert dead[0]["value"] == b"{not json"
     assert all(r["topic"] == topic for r in dead)
 
     job.run()  # nothing new: nothing changes
     assert len(job.table()) == 2
-    assert len(job.table("_dead_letters")) == 6
+    assert len(job.table("_dead_letters")) == 7
     # A copy sent again later (a publisher restarting) lands in another micro-batch: still one row.
     send_again.produce(
         topic,
