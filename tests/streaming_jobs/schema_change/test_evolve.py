@@ -7,7 +7,7 @@ from pathlib import Path
 from schemas.pg_types import PgType
 from schemas.table_contracts import TableContract, from_document
 from streaming_jobs.jobs.spec import SchemaChangePolicy
-from streaming_jobs.schema_change.evolve import Operation, compare, decide
+from streaming_jobs.schema_change.evolve import Decision, Operation, compare, decide
 from streaming_jobs.schema_change.shapes import Field, Shape
 
 
@@ -30,7 +30,7 @@ def shape(**columns: str) -> Shape:
     return Shape(tuple(Field(n, "string", None, PgType.parse(t)) for n, t in columns.items()), described=True)
 
 
-def run(policy: SchemaChangePolicy, renames: dict[str, str] | None = None, **columns: str):  # type: ignore[no-untyped-def]
+def run(policy: SchemaChangePolicy, renames: dict[str, str] | None = None, /, **columns: str) -> Decision:
     return decide("j", contract(), shape(**columns), policy, renames or {}, {"email": 4})
 
 
