@@ -57,8 +57,8 @@ from infra import kafka_security
 from infra import stack as local_stack
 from infra.config import StackSettings
 from infra.services import Connect, Kafka, Postgres, SparkMaster
+from schemas import catalog, topics
 from schemas import outbox as schema_outbox
-from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
 from schemas.topics import PrefixGrant
@@ -267,22 +267,9 @@ def prepare(soak: Soak) -> list[checks.Event]:
     grants = [PrefixGrant(p, ("User:connect",), ("User:jobs",), ("User:connect",)) for p in soak.connector_prefixes]
     topics.apply(kafka.client_config(), [], grants)
 
-    (soak.work / "contracts").mkdir(parents=True)
-    (soak.work / "contracts" / f"{soak.schema}.accounts.json").write_text(
-        json.dumps(
-            {
-                "x-primary-key": ["id"],
-                "type": "object",
-                "required": ["id"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "owner": {"type": ["string", "null"]},
-                    "balance": {"type": ["integer", "null"]},
-                    "changes": {"type": ["integer", "null"]},
-                },
-            }
-        )
-    )
+    # The mirror and history jobs' contract, written from the catalog as a user would (`schema tables import`).
+    with psycopg.connect(soak.dsn, autocommit=True) as conn:
+        catalog.import_tables(conn, [f"{soak.schema}.accounts"], soak.work / "contracts")
     shipped = json.loads((DEFINITIONS_DIR / "tables.json").read_text())["config"]
     definition = soak.work / "connector.json"
     definition.write_text(

@@ -201,6 +201,9 @@ def _quote_ident(name: str) -> str:
 def apply(conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings) -> None:
     """Create or bring up to date every object, in one transaction: all of it, or nothing."""
     with conn.transaction():
+        # Two applies at once (two outboxes, or two deploys) grant on the same roles and schemas; Postgres
+        # refuses the second concurrent change of one catalog row ("tuple concurrently updated"): take turns.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('cdcpipe schema apply'))")
         for statement in statements(names, settings):
             conn.execute(statement)
         _ensure_publication(conn, names, settings)

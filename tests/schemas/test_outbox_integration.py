@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from pathlib import Path
 
 import psycopg
@@ -234,3 +235,35 @@ def test_emit_refuses_a_version_that_breaks_the_compatibility_it_declares(outbox
         emit(conn, "account", "a-1", "MoneyDeposited", payload, names=outbox.names, registry=registry)
         conn.commit()
     assert outbox.count() == 1
+
+
+def test_two_applies_at_once_take_turns(stack: Stack, outbox: Outbox) -> None:
+    """Two outboxes applied at once grant on one role and one schema: Postgres would fail one ("tuple
+    concurrently updated") unless they take turns.
+    """
+    shared = outbox.names.outbox_schema
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {}.shared (id int PRIMARY KEY)").format(sql.Identifier(shared)))
+    settings = outbox.schema_settings.model_copy(update={"captured_tables": (f"{shared}.shared",)})
+    failures: list[BaseException] = []
+    others = [OutboxNames.load(outbox_schema=f"{shared}_{i}") for i in range(3)]
+
+    def apply_many(names: OutboxNames) -> None:
+        try:
+            for _ in range(10):
+                with psycopg.connect(stack.pg_dsn) as conn:
+                    schema_outbox.apply(conn, names, settings)
+        except psycopg.Error as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=apply_many, args=(names,)) for names in others]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            for names in others:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
+    assert failures == []
