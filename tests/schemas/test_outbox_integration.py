@@ -238,9 +238,7 @@ def test_emit_refuses_a_version_that_breaks_the_compatibility_it_declares(outbox
 
 
 def test_two_applies_at_once_take_turns(stack: Stack, outbox: Outbox) -> None:
-    """Two outboxes applied at once grant on one role and one schema: Postgres would fail one ("tuple
-    concurrently updated") unless they take turns.
-    """
+    """Two outboxes applied at once grant on one role and schema: one fails unless they take turns."""
     shared = outbox.names.outbox_schema
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {}.shared (id int PRIMARY KEY)").format(sql.Identifier(shared)))
