@@ -26,6 +26,11 @@ class SparkSettings(StageSettings):
         description="folder of the Kafka source and Delta jars (installed by `make install`)",
     )
     spark_driver_memory: str = Field("2g", description="driver JVM heap")
+    spark_java_options: str = Field(
+        "",
+        description="extra JVM options of the driver and executors; `-XX:TieredStopAtLevel=1` (no optimising JIT) "
+        "starts a short job faster on few cores, at some speed once it runs (the test suite uses it)",
+    )
     spark_executor_memory: str = Field("1g", description="executor heap on a standalone cluster")
     spark_cores_max: int = Field(
         1,

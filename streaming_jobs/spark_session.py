@@ -53,46 +53,58 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
         # The executors get it from their worker, in the environment: never on a command line.
         cluster["spark.authenticate"] = "true"
         cluster["spark.authenticate.secret"] = _read_secret(settings.spark_authenticate_secret_file)
-    return cluster | {
-        "spark.app.name": app_name,
-        "spark.master": settings.spark_master,
-        "spark.jars": ",".join(str(j) for j in jars),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.driver.memory": settings.spark_driver_memory,
-        "spark.executor.memory": settings.spark_executor_memory,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": str(settings.spark_ui).lower(),
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
-        "spark.sql.warehouse.dir": str(settings.lake_root() / "_warehouse"),
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        # Statistics on the first 10 columns: enough to cover the Kafka coordinates and timestamp the jobs
-        # filter on (an event log's dedupe window), without paying for every column of wide payloads.
-        "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "10",
-        # A job commits once per micro-batch; Delta's default checkpoint every 10 commits rewrites the whole
-        # file list in the batch that triggers it: a tenth of the batches paid seconds for it. Every 100
-        # commits, a reader rebuilding a snapshot replays at most 99 small commit files.
-        "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
-        # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
-        "spark.databricks.delta.snapshotPartitions": "2",
-        "spark.ui.showConsoleProgress": "false",
-        # Instants are kept as instants; a Postgres timestamp without zone, which Debezium sends as epoch time of
-        # its wall-clock value, is read back in UTC to give that wall-clock value (schema_change.types).
-        "spark.sql.session.timeZone": "UTC",
-        # Kafka allows a header name more than once; building the headers map must not fail the job on it.
-        # The last value wins, as Kafka's Headers.lastHeader() reads it (outbox_events takes the last too).
-        "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
-        # Hadoop chmods each folder it makes to 0777 less this mask, which also caps what an ACL grants: with the
-        # default 022, executors of a shared cluster (another OS user, given the lake by a default ACL, as the
-        # local stack does) could not write data files into the table folders the driver made.
-        "spark.hadoop.fs.permissions.umask-mode": "002",
-        # The Kafka source's options hold the SASL login (sasl.jaas.config) and maybe a private key: never shown.
-        "spark.redaction.regex": SPARK_REDACTION_REGEX,
-        # The object store of an s3a:// lake (or of a table given as an s3a:// URL): endpoint, region, keys.
-        **settings.object_store.hadoop_conf(),
-    }
+    java = (
+        {
+            "spark.driver.extraJavaOptions": settings.spark_java_options,
+            "spark.executor.extraJavaOptions": settings.spark_java_options,
+        }
+        if settings.spark_java_options
+        else {}
+    )
+    return (
+        cluster
+        | java
+        | {
+            "spark.app.name": app_name,
+            "spark.master": settings.spark_master,
+            "spark.jars": ",".join(str(j) for j in jars),
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.driver.memory": settings.spark_driver_memory,
+            "spark.executor.memory": settings.spark_executor_memory,
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.ui.enabled": str(settings.spark_ui).lower(),
+            "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+            "spark.sql.warehouse.dir": str(settings.lake_root() / "_warehouse"),
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            # Statistics on the first 10 columns: enough to cover the Kafka coordinates and timestamp the jobs
+            # filter on (an event log's dedupe window), without paying for every column of wide payloads.
+            "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "10",
+            # A job commits once per micro-batch; Delta's default checkpoint every 10 commits rewrites the whole
+            # file list in the batch that triggers it: a tenth of the batches paid seconds for it. Every 100
+            # commits, a reader rebuilding a snapshot replays at most 99 small commit files.
+            "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
+            # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
+            "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.ui.showConsoleProgress": "false",
+            # Instants are kept as instants; a Postgres timestamp without zone, which Debezium sends as epoch time of
+            # its wall-clock value, is read back in UTC to give that wall-clock value (schema_change.types).
+            "spark.sql.session.timeZone": "UTC",
+            # Kafka allows a header name more than once; building the headers map must not fail the job on it.
+            # The last value wins, as Kafka's Headers.lastHeader() reads it (outbox_events takes the last too).
+            "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
+            # Hadoop chmods each folder it makes to 0777 less this mask, which also caps what an ACL grants: with the
+            # default 022, executors of a shared cluster (another OS user, given the lake by a default ACL, as the
+            # local stack does) could not write data files into the table folders the driver made.
+            "spark.hadoop.fs.permissions.umask-mode": "002",
+            # The Kafka source's options hold the SASL login (sasl.jaas.config) and maybe a private key: never shown.
+            "spark.redaction.regex": SPARK_REDACTION_REGEX,
+            # The object store of an s3a:// lake (or of a table given as an s3a:// URL): endpoint, region, keys.
+            **settings.object_store.hadoop_conf(),
+        }
+    )
 
 
 def _read_secret(path: Path) -> str:

@@ -42,6 +42,8 @@ def main() -> int:
             return exports.returncode
         env.update(parse_exports(exports.stdout))
         env[OWNED_VARIABLE] = "1" if started_here else ""
+    # A test's jobs live seconds: the optimising JIT costs more CPU than it saves, on 2 cores shared by 2 tests.
+    env.setdefault("CDCPIPE_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     try:
         pytest = [sys.executable, "-m", "pytest"]
         parallel = ["-n", str(args.workers), "--dist", "worksteal"] if args.workers > 1 else []
