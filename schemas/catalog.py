@@ -20,7 +20,14 @@ import psycopg
 from schemas.config import SchemaSettings
 from schemas.errors import ContractError, SchemaError
 from schemas.pg_types import PgType, json_schema
-from schemas.table_contracts import DIRS_VARIABLE, TableContract, contract_path, load_table_contract, user_folder
+from schemas.table_contracts import (
+    DIRS_VARIABLE,
+    TableContract,
+    contract_path,
+    from_document,
+    load_table_contract,
+    user_folder,
+)
 
 _COLUMNS = """
 SELECT a.attnum, a.attname, COALESCE(bt.typname, t.typname), CASE WHEN t.typtype = 'd' THEN t.typtypmod
@@ -141,17 +148,14 @@ def import_tables(conn: psycopg.Connection[Any], tables: Iterable[str], folder: 
     for table in tables:
         document = contract_document(conn, table)
         path = contract_path(folder, table)
-        try:
-            previous = json.loads(path.read_text())
-            if (
-                _columns_of(previous) != _columns_of(document)
-                or previous.get("x-primary-key") != document["x-primary-key"]
-            ):
-                document["x-version"] = int(previous.get("x-version", 1)) + 1
+        if path.is_file():
+            previous = from_document(table, json.loads(path.read_text()), path)
+            same = _columns_of(dict(previous.schema)) == _columns_of(document)
+            if not same or list(previous.primary_key) != document["x-primary-key"]:
+                document = previous.next_version(document)  # the version before stays readable: replays need it
             else:
-                document["x-version"] = int(previous.get("x-version", 1))
-        except (OSError, ValueError):
-            pass
+                earlier = previous.schema.get("x-previous")
+                document = {**document, "x-version": previous.version, **({"x-previous": earlier} if earlier else {})}
         path.write_text(json.dumps(document, indent=2) + "\n")
         written.append(path)
     return written

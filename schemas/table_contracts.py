@@ -72,6 +72,15 @@ class TableContract:
     def version(self) -> int:
         return int(self.schema.get("x-version", 1))
 
+    def earlier(self) -> list[TableContract]:
+        """The contract's earlier versions, oldest first (`x-previous`, kept as each version replaced one)."""
+        return [from_document(self.table, doc, self.path) for doc in self.schema.get("x-previous", [])]
+
+    def next_version(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """`document` as the version after this one: its `x-version` one up, this version kept in `x-previous`."""
+        current = {k: v for k, v in self.schema.items() if k != "x-previous"}
+        return {**document, "x-version": self.version + 1, "x-previous": [*self.schema.get("x-previous", []), current]}
+
     @property
     def replica_identity(self) -> str:
         """`default`, `full`, `index` or `nothing`, as imported; `default` when not said."""

@@ -25,7 +25,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.contracts import CORRUPT
 from streaming_jobs.schema_change.apply import SCHEMA_TEXT, SHAPE, Plan
-from streaming_jobs.schema_change.shapes import Shape, contract_shape
+from streaming_jobs.schema_change.shapes import Shape
 from streaming_jobs.schema_change.types import convert, parse_type, spark_type
 
 SOURCE = StructType(
@@ -60,21 +60,23 @@ def change_type(shape: Shape) -> StructType:
     )
 
 
-def change_schema(contract: TableContract) -> StructType:
-    """The StructType of a bare change event of this table, with a column for records that do not parse."""
-    return StructType([*change_type(contract_shape(contract)).fields, StructField(CORRUPT, StringType())])
-
-
 def _parsed(shape: Shape) -> Column:
+    """The change as a struct `c` would hold it: from the envelope's payload, or the bare JSON."""
     value = F.col("value").cast("string")
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     if not shape.described:
         return F.from_json(value, change_schema_of(shape), options)
     envelope = StructType([StructField("payload", change_type(shape)), StructField(CORRUPT, StringType())])
-    parsed = F.from_json(value, envelope, options)
+    return F.from_json(value, envelope, options)
+
+
+def _change(shape: Shape) -> Column:
+    """The parsed column `p` as the change `c`: parsed once in one projection, taken apart in the next."""
+    if not shape.described:
+        return F.col("p")
     return F.struct(
-        *[parsed["payload"][f].alias(f) for f in ("before", "after", "source", "op", "ts_ms")],
-        parsed[CORRUPT].alias(CORRUPT),
+        *[F.col(f"p.payload.{f}").alias(f) for f in ("before", "after", "source", "op", "ts_ms")],
+        F.col(f"p.{CORRUPT}").alias(CORRUPT),
     )
 
 
@@ -83,16 +85,14 @@ def change_schema_of(shape: Shape) -> StructType:
     return StructType([*change_type(shape).fields, StructField(CORRUPT, StringType())])
 
 
-def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | None, Plan] | None = None) -> DataFrame:
+def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | None, Plan]) -> DataFrame:
     """Every change as the contract's columns, with `error` null for a valid one; tombstones are dropped.
 
     `plans` (streaming_jobs.schema_change.apply.reconcile) says how each shape in `records` (a `_shape` column,
-    apply.with_shape) is read; without it every record is read with the contract's shape.
+    apply.with_shape) is read.
     Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _source_ts,
     _unavailable, the Kafka coordinates, the raw bytes, and `error`.
     """
-    if plans is None:
-        return _classify(records.where(F.col("value").isNotNull()), contract, Plan(contract_shape(contract)))
     parts = []
     for shape_hash, plan in plans.items():
         mine = F.col(SCHEMA_TEXT).isNull() if shape_hash is None else F.col(SHAPE) == F.lit(shape_hash)
@@ -101,15 +101,16 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
 
 
 def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFrame:
+    coordinates = ["raw_key", "raw_value", "topic", "kafka_partition", "kafka_offset", "kafka_timestamp"]
     changes = records.select(
-        _parsed(plan.shape).alias("c"),
+        _parsed(plan.shape).alias("p"),
         F.col("key").alias("raw_key"),
         F.col("value").alias("raw_value"),
         "topic",
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-    )
+    ).select(_change(plan.shape).alias("c"), *coordinates)
     row = F.when(F.col("c.op") == "d", F.col("c.before")).otherwise(F.col("c.after"))
     types = contract.types
     values: list[Column] = []

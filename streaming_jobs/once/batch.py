@@ -73,13 +73,15 @@ def _outside(held: applied.Applied) -> Column:
 def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame]:
     """The batch's table changes, read shape by shape; the contract evolved first if the source's columns changed."""
     shaped = schema_change.with_shape(records)
+    start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
     contract, plans = schema_change.reconcile(
         ctx.spark,
         ctx.job,
         ctx.table,
-        schema_change.table_contract(ctx.table, ctx.job.source_table or ""),
+        start,
         schema_change.observed(shaped),
         lambda: SparkSettings.load().source_pg_dsn,
+        own,
     )
     return replace(ctx, contract=contract), table_changes.classify(shaped, contract, plans)
 

@@ -26,7 +26,7 @@ from schemas.table_contracts import TableContract, load_table_contract
 from streaming_jobs.errors import SchemaChangeError
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.schema_change.evolve import Decision, Operation, decide, live_columns
+from streaming_jobs.schema_change.evolve import Decision, Operation, compare, decide, live_columns
 from streaming_jobs.schema_change.shapes import Shape, contract_shape, parse_shape
 
 log = logging.getLogger(__name__)
@@ -163,11 +163,14 @@ def reconcile(
     contract: TableContract,
     shapes: list[tuple[int | None, str | None]],
     source_dsn: Callable[[], str | None],
+    own: bool = True,
 ) -> tuple[TableContract, dict[int | None, Plan]]:
     """The contract the batch is written with, and how each shape's changes are read.
 
-    Shapes are taken oldest first, each against the contract as the ones before it left it. Raises
-    SchemaChangeError when the policy says stop.
+    Shapes are taken oldest first, each against the contract as the ones before it left it. A table that
+    has no contract of its own yet (`own` False: a new table, a replay's) starts at the contract version its
+    oldest changes have, when the contract file kept it: a replay walks the changes again, not backwards.
+    Raises SchemaChangeError when the policy says stop.
     """
     plans: dict[int | None, Plan] = {}
     renamed: list[tuple[int | None, Mapping[str, str]]] = []  # each evolution's renames, after the shapes seen so far
@@ -176,6 +179,9 @@ def reconcile(
         if not shape.described:
             plans[shape_hash] = Plan(shape)
             continue
+        if not own:
+            own = True  # only the oldest shape chooses where a new table starts
+            contract = _version_of(contract, shape)
         decision = _decide(job, contract, shape, source_dsn)
         if decision.stop:
             raise SchemaChangeError(decision.stop)
@@ -198,6 +204,22 @@ def reconcile(
             )
         plans[shape_hash] = Plan(shape)
     return contract, {h: replace(p, names=_names_now(h, list(plans), renamed)) for h, p in plans.items()}
+
+
+def _version_of(contract: TableContract, shape: Shape) -> TableContract:
+    """The newest version of the contract whose columns are the shape's (the contract itself if none is)."""
+    if not compare(contract, shape, {}):
+        return contract
+    for earlier in reversed(contract.earlier()):
+        if not compare(earlier, shape, {}):
+            log.warning(
+                "table %s: a new table starts at contract v%d, the version of its oldest changes (now v%d)",
+                contract.table,
+                earlier.version,
+                contract.version,
+            )
+            return earlier
+    return contract
 
 
 def _names_now(
@@ -233,19 +255,20 @@ def _decide(job: JobSpec, contract: TableContract, shape: Shape, source_dsn_of: 
     return decide(job.name, contract, shape, job.on_schema_change, renames, attnums)
 
 
-def table_contract(table: LakePath, source_table: str) -> TableContract:
-    """The contract this job's table is written with: its own copy beside the table, else the contract file.
+def table_contract(table: LakePath, source_table: str) -> tuple[TableContract, bool]:
+    """The contract this job's table is written with, and whether it is the table's own.
 
     Two jobs of one source table (a mirror and a history) each evolve their own table; each keeps the
     contract its table follows in the table's folder (`_cdcpipe_contract.json`, hidden from Delta), so one
-    job evolving the shared file does not make the other skip the change its own table still needs.
+    job evolving the shared file does not make the other skip the change its own table still needs. A table
+    without one (new, or a replay's) starts from the contract file.
     """
     shared = load_table_contract(source_table)
     try:
         document = json.loads((table / CONTRACT_COPY).read_text())
     except FileNotFoundError:
-        return shared
-    return table_contracts.from_document(source_table, document, shared.path)
+        return shared, False
+    return table_contracts.from_document(source_table, document, shared.path), True
 
 
 def keep_copy(table: LakePath, contract: TableContract) -> None:

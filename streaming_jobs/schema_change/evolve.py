@@ -194,8 +194,7 @@ def decide(
                 how: Literal["widen", "rewrite"] = "rewrite" if policy.type_widened == "rewrite" else "widen"
                 operations.append(Operation(how, change.column, spark_type(f.pg).simpleString()))
     document["properties"], document["required"] = properties, required
-    document["x-version"] = contract.version + 1
-    return Decision(tuple(changes), document, tuple(operations))
+    return Decision(tuple(changes), contract.next_version(document), tuple(operations))
 
 
 def _nullable(rules: Mapping[str, Any]) -> dict[str, Any]:

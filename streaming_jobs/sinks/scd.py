@@ -59,10 +59,11 @@ def _carry_unavailable(changes: DataFrame, keys: list[str], columns: list[str]) 
     )
 
 
-def _kept(column: str, unavailable: list[str]) -> str:
+def _kept(column: str, unavailable: list[str]) -> str | Column:
     """The MERGE value of a column: the table's own where the change did not send it."""
     if column in unavailable:
-        return f"CASE WHEN array_contains(s.{UNAVAILABLE}, '{column}') THEN t.{_quoted(column)} ELSE s.{_quoted(column)} END"
+        sent = ~F.array_contains(F.col(f"s.{UNAVAILABLE}"), F.lit(column))
+        return F.when(sent, F.col(f"s.{_quoted(column)}")).otherwise(F.col(f"t.{_quoted(column)}"))
     return f"s.{_quoted(column)}"
 
 

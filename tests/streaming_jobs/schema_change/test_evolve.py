@@ -53,6 +53,10 @@ def test_an_added_column_is_added_to_the_table_and_the_contract() -> None:
         "x-attnum": 4,
     }
     assert decision.document["x-version"] == 4
+    # The version it replaces stays in the file: a replay's new table starts from the one its oldest changes have.
+    evolved = from_document("public.t", decision.document, Path("/contracts/public.t.json"))
+    assert [c.version for c in evolved.earlier()] == [3]
+    assert evolved.earlier()[0].columns == ["id", "name", "qty"]
 
 
 def test_a_dropped_column_is_kept_or_dropped_as_the_policy_says() -> None:
