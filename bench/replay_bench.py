@@ -33,7 +33,8 @@ from relay_bench import stack_env
 
 from infra.config import StackSettings
 
-RESULTS = Path(__file__).parent / "results"
+# A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
+RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
 LAKES = {"local": "CDCPIPE_LOCAL_LAKE", "s3": "CDCPIPE_S3_LAKE"}  # what `stack env` names each lake
 
 

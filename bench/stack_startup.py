@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ def main() -> None:
         "median_idle_rss_mib": {s: statistics.median(r["idle_rss_mib"][s] for r in runs) for s in services},
         "every_run": runs,
     }
-    out = Path(__file__).parent / "results" / "stack_startup.json"
+    out = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results") / "stack_startup.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

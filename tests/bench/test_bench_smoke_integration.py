@@ -1,0 +1,111 @@
+"""Every benchmark runs: tiny sizes, seconds not minutes, so none can rot unnoticed (`make bench` gives the figures).
+
+Each writes its results into a folder of the test's own (CDCPIPE_BENCH_RESULTS), never over the figures in
+bench/results/. Only that it runs to the end and reports what it measured is checked here: the figures of a
+tiny run on a busy machine say nothing. `bench/chaos.py` has its own short run (test_chaos_integration).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.bench.conftest import BENCH
+from tests.conftest import Stack, cdcpipe
+
+pytestmark = pytest.mark.integration
+
+# bench, tiny arguments, the results file, keys its JSON must hold
+ON_A_RUNNING_STACK = [
+    ("jobs_bench", ["--rate", "200", "--seconds", "3", "--events", "2000", "--lakes", "local"], "jobs.json", ["local"]),
+    (
+        "relay_bench",
+        ["--events", "2000", "--rounds", "1", "--rates", "200", "--seconds", "2", "--warmup", "1"],
+        "relay.json",
+        ["relay_drain", "debezium_drain", "latency"],
+    ),
+    (
+        "catch_up_bench",
+        ["--events", "2000", "--notifications", "500", "--rounds", "1"],
+        "catch_up.json",
+        ["quiet_drain_events_per_s", "notified_drain_events_per_s"],
+    ),
+    ("replay_bench", ["--sizes", "2000", "--chunk-size", "1000", "--lakes", "local"], "replay.json", ["runs"]),
+]
+
+
+def run_bench(stack: Stack, tmp_path: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), *args],
+        env={**stack.process_env(), "CDCPIPE_BENCH_RESULTS": str(tmp_path), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def results(tmp_path: Path, file: str) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((tmp_path / file).read_text())
+    return found
+
+
+@pytest.mark.parametrize(("name", "args", "file", "keys"), ON_A_RUNNING_STACK, ids=[b[0] for b in ON_A_RUNNING_STACK])
+def test_a_bench_runs_and_reports(
+    stack: Stack, tmp_path: Path, name: str, args: list[str], file: str, keys: list[str]
+) -> None:
+    run_bench(stack, tmp_path, name, args)
+    report = results(tmp_path, file)
+    assert report
+    for key in keys:
+        assert key in report, f"{name}: no {key!r} in {sorted(report)}"
+    if name == "jobs_bench":
+        assert {"latency", "latency_floor", "throughput"} <= set(report["local"])
+
+
+@pytest.mark.stack_lifecycle
+@pytest.mark.timeout(1200)
+def test_the_benches_that_restart_the_stack_run_and_report(stack: Stack, tmp_path: Path) -> None:
+    """stack_startup cycles the stack; tls_bench needs Kafka's opt-in plaintext listener: both restart it."""
+    if not stack.started_here:
+        pytest.skip("these benches stop and start the stack: only a stack this session started")
+    plaintext = {"CDCPIPE_KAFKA_PLAINTEXT_PORT": "9094"}
+    try:
+        assert cdcpipe("stack", "down").returncode == 0
+        run_bench(stack, tmp_path, "stack_startup", ["--runs", "1", "--idle-seconds", "1"])
+        assert results(tmp_path, "stack_startup.json")
+        assert cdcpipe("stack", "down").returncode == 0
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env={**stack.process_env(), **plaintext})
+        assert up.returncode == 0, up.stderr
+        output = tmp_path / "tls.json"
+        run_bench(
+            stack,
+            tmp_path,
+            "tls_bench",
+            [
+                "--events",
+                "2000",
+                "--rounds",
+                "1",
+                "--rate",
+                "200",
+                "--seconds",
+                "2",
+                "--warmup",
+                "1",
+                "--output",
+                str(output),
+            ],
+            env=plaintext,
+        )
+        assert results(tmp_path, "tls.json")
+    finally:
+        cdcpipe("stack", "down")
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2")  # as the session had it
+    assert up.returncode == 0, up.stderr
