@@ -21,7 +21,6 @@ INTEGERS = ("int2", "int4", "int8")
 FLOATS = ("float4", "float8")
 # Types whose modifier changes what a value may hold: written in the type, compared.
 MODIFIED = ("numeric", "varchar", "bpchar", "timestamp", "timestamptz", "time", "timetz")
-TIME_DEFAULT_PRECISION = 6
 _TYPE = re.compile(r"^(?P<name>_?[a-z_][a-z0-9_]*)(\((?P<a>\d+)(,(?P<b>\d+))?\))?$")
 # Plain spellings a hand-written contract may use, as the catalog names them.
 ALIASES = {
@@ -86,11 +85,6 @@ class PgType:
     def element(self) -> PgType:
         """An array's element type (the modifier applies to the elements)."""
         return PgType(self.name[1:], self.precision, self.scale) if self.is_array else self
-
-    @property
-    def time_precision(self) -> int:
-        """Fractional second digits of a time or timestamp (Postgres's default: 6)."""
-        return TIME_DEFAULT_PRECISION if self.precision is None else self.precision
 
 
 def json_schema(pg: PgType, nullable: bool, enum: list[str] | None = None) -> dict[str, Any]:
