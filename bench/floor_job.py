@@ -4,12 +4,14 @@
 
 One Structured Streaming query, started as the bench starts a job (its own driver, the session every
 cdcpipe job uses, trigger 1 s): each micro-batch appends the records' value (as `payload`), partition and
-offset to a Delta table, with the idempotent-write marker (txnAppId/txnVersion) every cdcpipe job commits
-with. No contracts, no dead letters, no dedupe, no headers. The jobs bench measures it beside the event-log
+offset to a Delta table, as a job's table write does: without Delta's txnAppId/txnVersion marker (a job
+skips what its table holds by the offsets its commits record, streaming_jobs.once.applied). No contracts,
+no dead letters, no dedupe, no headers. The jobs bench measures it beside the event-log
 job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
 no job can go below here.
 
-It writes its progress as a job does (`streaming_jobs.once.checkpoints.write_progress`), for the bench's batch summary.
+It writes its progress as a job does (`streaming_jobs.once.checkpoints.write_progress`), with its write's time
+(streaming_jobs.phases), for the bench's batch summary and cycle split.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql.functions import col
@@ -25,6 +28,7 @@ from pyspark.sql.functions import col
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import write_progress
+from streaming_jobs.phases import Phases
 from streaming_jobs.spark_session import build_spark_session
 
 
@@ -36,15 +40,18 @@ def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
 
+    last_batch: dict[str, Any] = {}
+
     def each_batch(records: DataFrame, batch_id: int) -> None:
-        (
-            records.select(col("value").cast("string").alias("payload"), "partition", "offset")
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", "bench-floor")
-            .option("txnVersion", batch_id)
-            .save(table)
-        )
+        phases = Phases(batch_id)
+        with phases.table_write():
+            (
+                records.select(col("value").cast("string").alias("payload"), "partition", "offset")
+                .write.format("delta")
+                .mode("append")
+                .save(table)
+            )
+        last_batch.update(phases.record())
 
     query = (
         spark.readStream.format("kafka")
@@ -62,7 +69,7 @@ def main() -> None:
     try:
         while query.isActive and not stop.is_set():
             query.awaitTermination(1)
-            write_progress(checkpoint, query.lastProgress, {}, running=True)
+            write_progress(checkpoint, query.lastProgress, {}, running=True, batch=last_batch)
         while query.status.get("isTriggerActive"):
             time.sleep(0.1)
         query.stop()

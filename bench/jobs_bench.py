@@ -38,7 +38,7 @@ from urllib.parse import unquote
 
 import psycopg
 import pyarrow.parquet as pq
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 from pyarrow import fs as pafs
@@ -58,7 +58,7 @@ from infra.config import StackSettings
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.once.checkpoints import PROGRESS_FILE
+from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
 
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
 RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
@@ -82,10 +82,12 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
 
 
-def latency(
-    env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, *, floor: bool = False
-) -> dict[str, Any]:
-    """Commit in Postgres -> row visible in Delta, through the relay and an event-log job (or the floor job)."""
+KINDS = ("event_log", "latest_state", "floor")  # what a latency run measures: a job of a kind, or the floor job
+
+
+def latency(env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, kind: str) -> dict[str, Any]:
+    """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
+    floor = kind == "floor"
     dsn = env["CDCPIPE_PG_DSN"]
     names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")
     with psycopg.connect(dsn) as conn:
@@ -94,7 +96,7 @@ def latency(
     create_topic(env, topic)
     jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"latency_{tag}"
-    job_file(jobs, name, "event_log", topic, "1s")
+    job_file(jobs, name, "event_log" if floor else kind, topic, "1s")
     job_env = {**env, "CDCPIPE_LAKE": str(lake), "CDCPIPE_JOBS_DIRS": str(jobs)}
     relay_env = {
         **env,
@@ -131,7 +133,7 @@ def latency(
         # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
         # user waits for on any given event. Warm it with the same load first; measure only what follows.
         warmup = _generate(dsn, names, rate, WARMUP_S)
-        _wait_rows(table, warmup["events"])
+        _wait_applied(env, topic, checkpoint, table, kind, warmup["events"])
         start_ns = time.time_ns() + 1_000_000_000
         watching = threading.Event()
         batches: dict[int, dict[str, Any]] = {}
@@ -142,7 +144,7 @@ def latency(
             generated = _generate(dsn, names, rate, seconds, start_ns)
             cpu = _cpu_shares(cpu_before, _cpu_ticks(), time.monotonic() - cpu_began, relay.pid, driver.pid)
             expected = warmup["events"] + generated["events"]
-            applied = _wait_rows(table, expected)
+            applied = _wait_applied(env, topic, checkpoint, table, kind, expected)
         finally:
             watching.set()
             watcher.join()
@@ -155,10 +157,16 @@ def latency(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
+    first_seen: dict[int, float] = {}
+    for scheduled_ns, visible in _visible_at(table):
+        # A MERGE rewrites the rows that share a file with the ones it changes: the first commit counts.
+        first_seen[scheduled_ns] = min(visible, first_seen.get(scheduled_ns, visible))
     seconds_each = [
-        visible - scheduled_ns / 1e9 for scheduled_ns, visible in _visible_at(table) if scheduled_ns >= start_ns
+        visible - scheduled_ns / 1e9 for scheduled_ns, visible in first_seen.items() if scheduled_ns >= start_ns
     ]  # the warm-up's events are not measured
+    commits = _commit_times(table)
     return {
+        "kind": kind,
         "rate_per_s": rate,
         "seconds": seconds,
         "generated": generated,
@@ -171,7 +179,9 @@ def latency(
         }
         if seconds_each
         else None,
-        "batches": _batch_summary(batches),
+        "batches": _batch_summary(batches, commits),
+        "cycle_ms_median": _cycle_split(batches, commits),
+        "batch_duration_by_minute_ms": _by_minute(batches),
         "cpu_percent_of_one_core_while_generating": cpu,
     }
 
@@ -234,20 +244,42 @@ def _cpu_shares(
 
 
 def _watch_batches(checkpoint: LakePath, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
-    """Collect each micro-batch's progress (rows, Spark's time per phase) as the job writes it."""
+    """Collect each micro-batch's progress (rows, Spark's time per phase, the job's steps) as the job writes it."""
     path = checkpoint / PROGRESS_FILE
     while not done.wait(0.2):
         try:
-            progress = json.loads(path.read_text()).get("progress") or {}
+            record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        progress = record.get("progress") or {}
         if "batchId" in progress:
-            batches[int(progress["batchId"])] = progress
+            batches.setdefault(int(progress["batchId"]), {}).update(progress)
+        steps = record.get("batch_steps") or {}
+        if "batch_id" in steps:
+            batches.setdefault(int(steps["batch_id"]), {})["steps"] = steps
 
 
-def _batch_summary(batches: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _commit_times(table: LakePath) -> list[tuple[float, float]]:
+    """(newest data file written, commit file written) of each commit that added data, epoch seconds."""
+    out: list[tuple[float, float]] = []
+    filesystem, log = (table / "_delta_log").filesystem()
+    for commit in filesystem.get_file_info(pafs.FileSelector(log)):
+        if not commit.path.endswith(".json"):
+            continue
+        lines = (table / "_delta_log" / commit.base_name).read_text().splitlines()
+        adds = [a["add"] for a in map(json.loads, lines) if "add" in a]
+        if adds:
+            out.append((max(a["modificationTime"] for a in adds) / 1000, commit.mtime.timestamp()))
+    return sorted(out)
+
+
+def _measured(batches: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [b for _, b in sorted(batches.items()) if b.get("numInputRows")]
+
+
+def _batch_summary(batches: dict[int, dict[str, Any]], commits: list[tuple[float, float]]) -> dict[str, Any]:
     """Median rows and milliseconds per phase of the batches seen while measuring: where the latency goes."""
-    seen = [b for b in batches.values() if b.get("numInputRows")]
+    seen = _measured(batches)
     if not seen:
         return {"count": 0}
     phases = sorted({k for b in seen for k in b.get("durationMs", {})})
@@ -256,6 +288,69 @@ def _batch_summary(batches: dict[int, dict[str, Any]]) -> dict[str, Any]:
         "rows_median": statistics.median(b["numInputRows"] for b in seen),
         "duration_ms_median": {k: statistics.median(b["durationMs"].get(k, 0) for b in seen) for k in phases},
     }
+
+
+def _cycle_split(batches: dict[int, dict[str, Any]], commits: list[tuple[float, float]]) -> dict[str, float] | None:
+    """Median milliseconds of each part of a batch's cycle, from trigger to trigger.
+
+    Spark's own steps (durationMs: planning the batch's offsets, the write-ahead log, the commit of its
+    offsets), the job's steps (streaming_jobs.phases: the writer lease, reading the applied offsets, reading
+    and classifying the batch, the table write), the table write split by the Delta log into writing data
+    files, committing (the commit file's time less the newest data file's) and after the commit (Delta's
+    own bookkeeping until the write returns), the driver's time in the batch outside those steps, and the
+    wait for the next trigger.
+    """
+    seen = _measured(batches)
+    rows: list[dict[str, float]] = []
+    for this, following in zip(seen, [*seen[1:], {}], strict=True):
+        spent = this.get("durationMs", {})
+        row = {f"spark.{k}": float(spent.get(k, 0)) for k in ("latestOffset", "queryPlanning", "walCommit")}
+        row["spark.commitOffsets"] = float(spent.get("commitOffsets", 0))
+        steps = (this.get("steps") or {}).get("seconds", {})
+        ours = 0.0
+        for name, s in steps.items():
+            if name != "write":
+                row[f"job.{name}"] = 1000 * s
+                ours += 1000 * s
+        span = (this.get("steps") or {}).get("write_span")
+        if span:
+            inside = [c for c in commits if span[0] <= c[1] <= span[1] + 0.5]
+            if inside:
+                files, committed = inside[0]
+                row["job.write.data_files"] = 1000 * max(0.0, files - span[0])
+                row["job.write.commit"] = 1000 * max(0.0, committed - files)
+                row["job.write.after_commit"] = 1000 * max(0.0, span[1] - committed)
+            ours += 1000 * steps.get("write", 0.0)
+        row["job.other (driver)"] = max(0.0, spent.get("addBatch", 0) - ours) if steps else 0.0
+        if following.get("timestamp") and this.get("timestamp"):
+            gap = _epoch(following["timestamp"]) - _epoch(this["timestamp"]) - spent.get("triggerExecution", 0) / 1000
+            row["wait for trigger"] = 1000 * max(0.0, gap)
+        rows.append(row)
+    if not rows:
+        return None
+    keys = sorted({k for r in rows for k in r})
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 1) for k in keys}
+
+
+def _epoch(stamp: str) -> float:
+    """Spark progress' timestamp (ISO 8601, UTC) as epoch seconds."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _by_minute(batches: dict[int, dict[str, Any]]) -> list[float]:
+    """The median batch duration (triggerExecution, ms) of each minute of the run: a drift shows as a rise."""
+    seen = [b for b in _measured(batches) if b.get("timestamp")]
+    if not seen:
+        return []
+    first = _epoch(seen[0]["timestamp"])
+    minutes: dict[int, list[float]] = {}
+    for b in seen:
+        minutes.setdefault(int((_epoch(b["timestamp"]) - first) // 60), []).append(
+            float(b["durationMs"].get("triggerExecution", 0))
+        )
+    return [round(statistics.median(v)) for _, v in sorted(minutes.items())]
 
 
 def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int | None = None) -> dict[str, Any]:
@@ -271,6 +366,35 @@ def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns:
     generator.join(30)
     result.pop("commits")  # per-transaction times, for the relay bench's second histogram; not wanted here
     return result
+
+
+def _wait_applied(
+    env: dict[str, str], topic: str, checkpoint: LakePath, table: LakePath, kind: str, expected: int
+) -> int:
+    """Wait until the job applied the `expected` events: rows of an append, offsets of a latest-state job."""
+    if kind != "latest_state":
+        return _wait_rows(table, expected)
+    # A MERGE keeps one row per aggregate: wait for the topic's records (every event published) to be read
+    # by a batch the job committed.
+    consumer = Consumer(env_kafka(env).client_config(**{"group.id": f"jobs-bench-{uuid.uuid4().hex[:8]}"}))
+    try:
+        deadline = time.monotonic() + 180
+        ends: dict[tuple[str, int], int] = {}
+        while time.monotonic() < deadline:
+            ends = {
+                (topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS)
+            }
+            if sum(ends.values()) >= expected:
+                break
+            time.sleep(0.5)
+        while time.monotonic() < deadline:
+            reached = committed_offsets(checkpoint)
+            if all(reached.get(tp, 0) >= end for tp, end in ends.items()):
+                return sum(ends.values())
+            time.sleep(0.5)
+        return sum(committed_offsets(checkpoint).values())
+    finally:
+        consumer.close()
 
 
 def _wait_rows(table: LakePath, expected: int, timeout_s: float = 120) -> int:
@@ -368,26 +492,43 @@ def throughput(env: dict[str, str], lake: LakePath, tag: str, events: int) -> di
 LAKES = {"local": "CDCPIPE_LOCAL_LAKE", "s3": "CDCPIPE_S3_LAKE"}  # what `stack env` names each lake
 
 
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind, the median over the runs of p50, p99 and max; and of the event log's p50 over the floor's."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        figures = [r[kind]["latency_s"] for r in runs if (r.get(kind) or {}).get("latency_s")]
+        if figures:
+            out[kind] = {k: round(statistics.median(f[k] for f in figures), 3) for k in ("p50", "p99", "max")}
+    ratios = [
+        r["event_log"]["latency_s"]["p50"] / r["floor"]["latency_s"]["p50"]
+        for r in runs
+        if (r.get("event_log") or {}).get("latency_s") and (r.get("floor") or {}).get("latency_s")
+    ]
+    if ratios:
+        out["event_log_p50_over_floor_p50"] = round(statistics.median(ratios), 2)
+        out["event_log_p50_over_floor_p50_each_run"] = [round(x, 2) for x in ratios]
+    return out
+
+
 def ratios(local: dict[str, Any], s3: dict[str, Any]) -> dict[str, float | None]:
     """The object store's figures over the local folder's (latency: > 1 is slower; events/s: < 1 is slower)."""
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return round(b / a, 2) if a and b else None
 
-    def p(result: dict[str, Any] | None, key: str) -> float | None:
-        return ((result or {}).get("latency_s") or {}).get(key)
-
-    return {
-        "latency_p50": ratio(p(local["latency"], "p50"), p(s3["latency"], "p50")),
-        "latency_p99": ratio(p(local["latency"], "p99"), p(s3["latency"], "p99")),
-        "floor_latency_p50": ratio(p(local["latency_floor"], "p50"), p(s3["latency_floor"], "p50")),
-        "throughput_last_batch_rows_per_s": ratio(
-            local["throughput"]["last_batch_rows_per_s"], s3["throughput"]["last_batch_rows_per_s"]
-        ),
-        "throughput_with_startup": ratio(
-            local["throughput"]["events_per_s_with_startup"], s3["throughput"]["events_per_s_with_startup"]
-        ),
+    out = {
+        f"{kind}_latency_{p}": ratio(local["medians"].get(kind, {}).get(p), s3["medians"].get(kind, {}).get(p))
+        for kind in KINDS
+        for p in ("p50", "p99")
     }
+    if local.get("throughput") and s3.get("throughput"):
+        out["throughput_last_batch_rows_per_s"] = ratio(
+            local["throughput"]["last_batch_rows_per_s"], s3["throughput"]["last_batch_rows_per_s"]
+        )
+        out["throughput_with_startup"] = ratio(
+            local["throughput"]["events_per_s_with_startup"], s3["throughput"]["events_per_s_with_startup"]
+        )
+    return out
 
 
 def main() -> None:
@@ -395,43 +536,66 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--no-floor", dest="floor", action="store_false", help="skip the bare Kafka -> Delta job")
+    parser.add_argument("--runs", type=int, default=3, help="latency runs of each kind; figures are their medians")
+    parser.add_argument(
+        "--kinds", default="event_log,latest_state,floor", help=f"comma-separated of {', '.join(KINDS)}"
+    )
+    parser.add_argument("--events", type=int, default=200_000, help="throughput: events in the topic (0: skip)")
     parser.add_argument("--lakes", default="local,s3", help="comma-separated: local (a folder), s3 (the object store)")
+    parser.add_argument(
+        "--drift-minutes",
+        type=float,
+        default=0,
+        help="instead: one event-log job for this long at --rate, batch duration per minute (jobs_drift.json)",
+    )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     RESULTS.mkdir(exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     chosen = [lake.strip() for lake in args.lakes.split(",") if lake.strip()]
+    kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
     unknown = sorted(set(chosen) - set(LAKES))
     if unknown:
         parser.error(f"--lakes: {', '.join(unknown)} unknown; pick from {', '.join(LAKES)}")
+    if sorted(set(kinds) - set(KINDS)):
+        parser.error(f"--kinds: {', '.join(sorted(set(kinds) - set(KINDS)))} unknown; pick from {', '.join(KINDS)}")
     result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count()}
     topics: list[str] = []
     try:
-        for index, kind in enumerate(chosen):
-            lake = LakePath.of(f"{env[LAKES[kind]]}/_bench_{tag}")
-            run = f"{tag}{index}"
-            topics += [f"jobs.{run}.bench", f"jobs.{run}f.bench", f"jobs.{run}.throughput"]
+        for index, name in enumerate(chosen):
+            lake = LakePath.of(f"{env[LAKES[name]]}/_bench_{tag}")
             try:
-                result[kind] = {
-                    "lake": str(lake),
-                    "latency": latency(env, lake, run, args.rate, args.seconds),
-                    # The same load through a bare Kafka -> Delta append (bench/floor_job.py): what any job pays.
-                    "latency_floor": latency(env, lake, f"{run}f", args.rate, args.seconds, floor=True)
-                    if args.floor
-                    else None,
-                    "throughput": throughput(env, lake, run, args.events),
-                }
+                if args.drift_minutes:
+                    topics.append(f"jobs.{tag}{index}d.bench")
+                    run = latency(env, lake, f"{tag}{index}d", args.rate, 60 * args.drift_minutes, "event_log")
+                    by_minute = run["batch_duration_by_minute_ms"]
+                    result[name] = {
+                        "lake": str(lake),
+                        "drift": run,
+                        "last_minute_over_first": _last_over_first(by_minute),
+                    }
+                    continue
+                runs: list[dict[str, Any]] = []
+                for r in range(args.runs):
+                    # The kinds take turns within each run, so the machine's noise falls on all of them alike.
+                    measured: dict[str, Any] = {}
+                    for kind in kinds:
+                        run_tag = f"{tag}{index}{kind[0]}{r}"
+                        topics.append(f"jobs.{run_tag}.bench")
+                        measured[kind] = latency(env, lake, run_tag, args.rate, args.seconds, kind)
+                    runs.append(measured)
+                result[name] = {"lake": str(lake), "medians": medians(runs), "runs": runs}
+                if args.events:
+                    topics.append(f"jobs.{tag}{index}.throughput")
+                    result[name]["throughput"] = throughput(env, lake, f"{tag}{index}", args.events)
             finally:
                 lake.delete_tree()
-        if "local" in result and "s3" in result:
+        if "local" in result and "s3" in result and not args.drift_minutes:
             result["s3_vs_local"] = ratios(result["local"], result["s3"])
         result["note"] = (
-            "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s, "
-            "event log); after a warm-up of the same load. latency_floor: the same load and measure through "
-            "bench/floor_job.py, a bare Kafka -> Delta append with the idempotent-write marker and nothing else. "
-            "Each lake measured in turn in one run."
+            "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s); "
+            "after a warm-up of the same load. floor: the same load and measure through bench/floor_job.py, a bare "
+            "Kafka -> Delta append. medians: over the runs, the kinds taking turns in each run; each lake in turn."
         )
     finally:
         # Each run leaves about 350 MB of records and tables; a stack that kept them all would slow later runs.
@@ -439,8 +603,16 @@ def main() -> None:
         for future in admin.delete_topics(topics).values() if topics else []:
             with contextlib.suppress(Exception):  # a topic the run did not get to create
                 future.result(30)
-    (RESULTS / "jobs.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / ("jobs_drift.json" if args.drift_minutes else "jobs.json")).write_text(
+        json.dumps(result, indent=2) + "\n"
+    )
     print(json.dumps(result, indent=2))
+
+
+def _last_over_first(by_minute: list[float]) -> float | None:
+    """The last full minute's median batch duration over the first's (> 1: batches got slower)."""
+    full = by_minute[:-1] if len(by_minute) > 2 else by_minute
+    return round(full[-1] / full[0], 2) if len(full) >= 2 and full[0] else None
 
 
 if __name__ == "__main__":

@@ -89,6 +89,9 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
             # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.ui.showConsoleProgress": "false",
+            # A job compacts its append-only tables in a thread beside its micro-batches (streaming_jobs.run.
+            # compaction): pools share the cores fairly, so a batch's jobs do not queue behind a compaction's.
+            "spark.scheduler.mode": "FAIR",
             # Instants are kept as instants; a Postgres timestamp without zone, which Debezium sends as epoch time of
             # its wall-clock value, is read back in UTC to give that wall-clock value (schema_change.types).
             "spark.sql.session.timeZone": "UTC",

@@ -18,10 +18,19 @@ from schemas.contracts import ContractRegistry
 from streaming_jobs.classify.contracts import parse, violation
 
 
+def _headers() -> Column:
+    """The record's headers as a map; the last value wins when a name repeats (spark.sql.mapKeyDedupPolicy).
+
+    Built without higher-order functions (filter, transform): Spark evaluates those row by row without
+    generated code, and they were a good part of classifying a record. The map is one common expression of
+    the projection, computed once per record whatever reads it.
+    """
+    return F.map_from_entries(F.col("headers"))
+
+
 def _header(name: str) -> Column:
     """The value of one Kafka header as text (null when absent); the last one when the name repeats."""
-    found = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.when(F.size(found) > 0, F.element_at(found, -1)["value"].cast("string"))
+    return F.try_element_at(_headers(), F.lit(name)).cast("string")
 
 
 @dataclass(frozen=True)
@@ -50,9 +59,7 @@ def _columns(registry: ContractRegistry) -> _Columns:
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.map_from_entries(
-            F.transform(F.col("headers"), lambda h: F.struct(h["key"], h["value"].cast("string")))
-        ).alias("headers"),
+        _headers().cast("map<string,string>").alias("headers"),
         _header("eventVersion").try_cast("int").alias("event_version"),
     ]
     by_contract = F.lit(None).cast("string")

@@ -139,19 +139,31 @@ def _commit_info(log: LakePath, version: int) -> dict[str, Any] | None:
     return next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
 
 
+_KNOWN: dict[str, int] = {}  # the newest version this process last saw of each log, by its URL
+
+
 def _newest_version(log: LakePath) -> int:
     """The table's newest commit version (-1 if none), without listing the whole log on every batch.
 
     The log keeps a JSON file per commit for 30 days (thousands a day for a job with a 1 s trigger); Delta's
-    `_last_checkpoint` names a recent version, and the newer commits are the few files right after it.
+    `_last_checkpoint` names a recent version, and the newer commits are the files right after it: up to a
+    checkpoint interval of them, each an existence check (a HEAD on an object store). So the version found
+    last time is the start next time, once its file is seen to still be there (a table deleted and made
+    again at the same place starts over): two checks a call, not one per commit since the checkpoint.
     """
-    try:
-        version = int(json.loads((log / "_last_checkpoint").read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        stems = [n.removesuffix(".json") for n in log.names() if n.endswith(".json")]
-        return max((int(s) for s in stems if s.isdigit()), default=-1)
+    known = _KNOWN.get(log.url)
+    if known is not None and (log / f"{known:020d}.json").exists():
+        version = known
+    else:
+        try:
+            version = int(json.loads((log / "_last_checkpoint").read_text())["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            stems = [n.removesuffix(".json") for n in log.names() if n.endswith(".json")]
+            version = max((int(s) for s in stems if s.isdigit()), default=-1)
     while (log / f"{version + 1:020d}.json").exists():
         version += 1
+    if version >= 0:
+        _KNOWN[log.url] = version
     return version
 
 
@@ -160,10 +172,15 @@ def newest_version(table: LakePath) -> int:
     return _newest_version(table / "_delta_log")
 
 
-def newest_commit(table: LakePath) -> list[dict[str, Any]]:
-    """The actions of the table's newest commit (none for a table that does not exist yet)."""
-    version = newest_version(table)
-    return (_actions(table / "_delta_log", version) or []) if version >= 0 else []
+def commit_with(table: LakePath, after: int, metadata: str) -> list[dict[str, Any]]:
+    """The actions of the first commit after version `after` whose userMetadata is `metadata` (none: no such one)."""
+    log = table / "_delta_log"
+    for version in range(after + 1, _newest_version(log) + 1):
+        actions = _actions(log, version) or []
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get("userMetadata") == metadata:
+            return actions
+    return []
 
 
 def read(table: LakePath) -> Applied:

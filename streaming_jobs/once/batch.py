@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 
 from pyspark.sql import Column, DataFrame
@@ -24,11 +25,12 @@ from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.once import applied, poison
+from streaming_jobs.once.event_ids import Record
 from streaming_jobs.once.resent import drop_resent
 from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.schema_change import apply as schema_change
-from streaming_jobs.sinks.context import BatchContext, record_only
-from streaming_jobs.sinks.dead_letters import count_dead, write_dead_letters
+from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext, record_only
+from streaming_jobs.sinks.dead_letters import write_dead_letters
 from streaming_jobs.sinks.event_log import event_log
 from streaming_jobs.sinks.latest_state import latest_state
 from streaming_jobs.sinks.projection import projection
@@ -54,20 +56,46 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def record_ranges(records: DataFrame) -> dict[Partition, applied.Interval]:
+# The columns of a record's partition and offset: in Kafka's records, and once classified.
+RAW = ("partition", "offset")
+CLASSIFIED = ("kafka_partition", "kafka_offset")
+
+
+def record_ranges(records: DataFrame, coordinates: tuple[str, str] = RAW) -> dict[Partition, applied.Interval]:
     """The [first, last + 1) offsets of the records, per partition (one small aggregation)."""
-    rows = records.groupBy("topic", "partition").agg(F.min("offset"), F.max("offset")).collect()
+    partition, offset = coordinates
+    rows = records.groupBy("topic", partition).agg(F.min(offset), F.max(offset)).collect()
     return {(str(r[0]), int(r[1])): (int(r[2]), int(r[3]) + 1) for r in rows}
 
 
-def _outside(held: applied.Applied) -> Column:
-    """True for a record at an offset the table does not hold yet."""
+def _outside(held: applied.Applied, ranges: Ranges, coordinates: tuple[str, str]) -> Column | None:
+    """True for a record at an offset the table does not hold yet; None when the table holds none of `ranges`.
+
+    Only the held intervals that meet the batch's ranges make the filter. A streaming batch starts where the
+    last one ended, so usually none do and the batch's plan carries no offsets: a filter whose literals
+    changed with every batch would make Spark generate and compile the batch's whole stage anew each time.
+    """
+    partition_column, offset_column = coordinates
     inside = [
-        (F.col("topic") == topic) & (F.col("partition") == partition) & F.col("offset").between(start, end - 1)
-        for (topic, partition), spans in held.intervals.items()
-        for start, end in spans
+        (F.col("topic") == topic)
+        & (F.col(partition_column) == partition)
+        & F.col(offset_column).between(start, end - 1)
+        for (topic, partition), (first, last) in ranges.items()
+        for start, end in held.intervals.get((topic, partition), ())
+        if start < last and first < end
     ]
-    return ~functools.reduce(operator.or_, inside) if inside else F.lit(True)
+    return ~functools.reduce(operator.or_, inside) if inside else None
+
+
+def _positions(classified: DataFrame) -> tuple[list[Record], int]:
+    """The valid records' (partition, offset, event id) and the count of dead letters: one Spark job.
+
+    It is the batch's one job to the driver before the write, and it fills the classified batch's cache.
+    """
+    table = classified.select(*RECORD_COLUMNS, F.col("error").isNull().alias("valid")).toArrow()
+    topic, partition, offset, event_id, ok = (table.column(i).to_pylist() for i in range(5))
+    valid = [((t, p), o, e) for t, p, o, e, v in zip(topic, partition, offset, event_id, ok, strict=True) if v]
+    return valid, table.num_rows - len(valid)
 
 
 def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame]:
@@ -87,34 +115,54 @@ def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext,
 
 
 def handle_batch(
-    records: DataFrame, ctx: BatchContext, registry: ContractRegistry, covered: Ranges | None = None
+    records: DataFrame,
+    ctx: BatchContext,
+    registry: ContractRegistry,
+    covered: Ranges | None = None,
+    *,
+    classified: bool = False,
 ) -> tuple[int, int]:
     """Apply the records the table does not hold yet; (applied, dead-lettered) counts.
 
     `covered` is the offsets the batch read, per partition (from the plan: a streaming batch's offsets
-    file, a backfill's chunk); without it they are taken from the records.
+    file, a backfill's chunk); without it they are taken from the records. `classified`: the records are
+    outbox events classified already (`outbox_events.classify`), as a streaming job of an event kind reads
+    them: its stream classifies, so Spark analyses the classification once, not on every batch.
     """
-    with table_lock(ctx.table, holder=f"job {ctx.job.name} batch {ctx.batch_id}"):
-        held = applied.read(ctx.table)
-        ranges = dict(covered) if covered is not None else record_ranges(records)
-        if held.covers(ranges):
-            return 0, 0  # a replayed batch, or a range applied before: nothing to do, no Spark job run
-        sources.check_partitions(ctx.job.name, ctx.topics, ranges)
-        ctx = replace(ctx, applied_metadata=held.plus(ranges).with_topics(ctx.topics).metadata(), ranges=ranges)
-        fresh = records.where(_outside(held)) if held.intervals else records
-        if ctx.job.kind in TABLE_KINDS:
-            ctx, classified = _table_changes(fresh, ctx)
-        else:
-            classified = outbox_events.classify(fresh, registry)
-        classified = classified.cache()
+    coordinates = CLASSIFIED if classified else RAW
+    with ExitStack() as lease:
+        with ctx.step("lease"):
+            lease.enter_context(table_lock(ctx.table, holder=f"job {ctx.job.name} batch {ctx.batch_id}"))
+        with ctx.step("offsets"):
+            held = applied.read(ctx.table)
+            ranges = dict(covered) if covered is not None else record_ranges(records, coordinates)
+            if held.covers(ranges):
+                return 0, 0  # a replayed batch, or a range applied before: nothing to do, no Spark job run
+            sources.check_partitions(ctx.job.name, ctx.topics, ranges)
+            ctx = replace(ctx, applied_metadata=held.plus(ranges).with_topics(ctx.topics).metadata(), ranges=ranges)
+            outside = _outside(held, ranges, coordinates)
+            fresh = records.where(outside) if outside is not None else records
+        with ctx.step("classify.plan"):
+            if classified:
+                events = fresh
+            elif ctx.job.kind in TABLE_KINDS:
+                ctx, events = _table_changes(fresh, ctx)
+            else:
+                events = outbox_events.classify(fresh, registry)
+            events = events.cache()
         try:
-            dead = count_dead(classified)
+            with ctx.step("classify.run"):
+                valid_records, dead = _positions(events)
+                ctx = replace(ctx, records=valid_records)
             if dead:
-                write_dead_letters(classified, ctx)
-            valid = classified if ctx.job.kind == "event_log" else drop_resent(classified, ctx)
+                with ctx.step("dead_letters"):
+                    write_dead_letters(events, ctx)
+            with ctx.step("resent"):
+                valid = events if ctx.job.kind == "event_log" else drop_resent(events, ctx)
             done, poisoned = poison.apply(HANDLERS[ctx.job.kind], valid, ctx)
         finally:
-            classified.unpersist()
-        if not applied.read(ctx.table).covers(ranges):
-            record_only(ctx)
+            events.unpersist()
+        with ctx.step("after"):
+            if not applied.read(ctx.table).covers(ranges):
+                record_only(ctx)
         return done, dead + poisoned

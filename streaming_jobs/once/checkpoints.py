@@ -37,9 +37,21 @@ def committed_offsets(checkpoint: LakePath) -> Offsets:
     return (batch_end(checkpoint, max(commits)) or {}) if commits else {}
 
 
-def write_progress(checkpoint: LakePath, progress: Any, counts: dict[str, int], *, running: bool) -> None:
-    """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads)."""
+def write_progress(
+    checkpoint: LakePath,
+    progress: Any,
+    counts: dict[str, int],
+    *,
+    running: bool,
+    batch: dict[str, Any] | None = None,
+) -> None:
+    """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads).
+
+    `batch`: where the last batch's time went, by step (streaming_jobs.phases).
+    """
     # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
     rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
     record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
+    if batch:
+        record["batch_steps"] = batch
     (checkpoint / PROGRESS_FILE).write_text(json.dumps(record, default=str))

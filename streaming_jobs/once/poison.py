@@ -116,7 +116,9 @@ class _Pieces:
             ranges[(topic, partition)] = (min(start, offset), max(end, offset + 1))
         held = applied.read(self.ctx.table).plus(ranges).with_topics(self.ctx.topics)
         self.writes += 1
-        return replace(self.ctx, applied_metadata=held.metadata(), ranges=ranges, txn=(self.app_id, self.writes))
+        return replace(
+            self.ctx, applied_metadata=held.metadata(), ranges=ranges, txn=(self.app_id, self.writes), records=None
+        )
 
     def _select(self, piece: list[Position]) -> DataFrame:
         wanted = self.ctx.spark.createDataFrame(piece, "topic string, kafka_partition int, kafka_offset long")

@@ -43,10 +43,13 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
 def choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
     """Which of the batch's valid records to apply: the first copy of each id the job did not apply yet.
 
-    The batch's (partition, offset, event id) come to the driver (one small Spark job), which picks the
-    records to drop: usually none.
+    The batch's (partition, offset, event id) come to the driver (one small Spark job, unless the batch
+    brought them already), which picks the records to drop: usually none.
     """
-    records = [_record(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
+    if ctx.records is not None:
+        records = ctx.records  # collected with the batch's dead-letter count (streaming_jobs.once.batch)
+    else:
+        records = [record_of(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
     return split(records, _held(ctx, valid, version, records))
 
 
@@ -67,7 +70,7 @@ def remember(ctx: BatchContext, before: int, chosen: Split) -> None:
     after = applied.newest_version(ctx.event_ids_table)
     if after == before + 1:  # this batch's commit (the writer lease keeps any other out)
         ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
-    else:  # Delta skipped the write as done before: what the table holds came from elsewhere
+    else:  # another commit came in between (a compaction), or Delta skipped a side table's write as done
         ctx.event_ids.forget()
 
 
@@ -77,7 +80,7 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     memory = ctx.event_ids if lookback and ctx.ranges else None
     if memory is not None and not memory.answers(version, ctx.ranges):
         rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
-        memory.load(version, memory.floors(ctx.ranges), [_record(r) for r in rows])
+        memory.load(version, memory.floors(ctx.ranges), [record_of(r) for r in rows])
     if version < 0:
         return set()  # no table yet
     if memory is not None and not memory.suspects(event_id for _, _, event_id in records):
@@ -88,7 +91,9 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     # of this batch that crashed before its table's write (`drop_resent`): not a copy.
     present = _recent(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
     own = {(tp, offset) for tp, offset, _ in records}
-    return {event_id for tp, offset, event_id in map(_record, present.toArrow().to_pylist()) if (tp, offset) not in own}
+    return {
+        event_id for tp, offset, event_id in map(record_of, present.toArrow().to_pylist()) if (tp, offset) not in own
+    }
 
 
 def _recent(ctx: BatchContext) -> DataFrame:
@@ -106,5 +111,6 @@ def _recent(ctx: BatchContext) -> DataFrame:
     return seen.where(functools.reduce(operator.or_, near))
 
 
-def _record(row: dict[str, Any]) -> Record:
+def record_of(row: dict[str, Any]) -> Record:
+    """A record of the batch from its row of RECORD_COLUMNS."""
     return (row["topic"], row["kafka_partition"]), row["kafka_offset"], row["event_id"]

@@ -175,7 +175,7 @@ def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, 
 def optimize(settings: SparkSettings, name: str) -> LakePath:
     """`cdcpipe jobs optimize`: compact the job's tables now, beside the running job; returns its table."""
     # pyspark loads here, not when this module does: `jobs list|status|stop` must start without it.
-    from streaming_jobs.run.runner import optimize as optimize_tables
+    from streaming_jobs.run.compaction import optimize as optimize_tables
     from streaming_jobs.spark_session import build_spark_session
 
     where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake_root())

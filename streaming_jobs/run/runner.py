@@ -24,22 +24,24 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 
 from cdcpipe.errors import CdcpipeError
+from streaming_jobs.classify import outbox_events
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import SchemaChangeError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
-from streaming_jobs.jobs.spec import JobSpec, find
-from streaming_jobs.lake.lease import LeaseLostError, LeaseUnavailableError, table_lock
+from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec, find
+from streaming_jobs.lake.lease import LeaseLostError, LeaseUnavailableError
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
 from streaming_jobs.once.batch import handle_batch
 from streaming_jobs.once.checkpoints import batch_end, write_progress
 from streaming_jobs.once.event_ids import EventIds
+from streaming_jobs.phases import Phases
 from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.run import retention
-from streaming_jobs.sinks.context import USER_METADATA, BatchContext, app_id
+from streaming_jobs.run.compaction import Compactor
+from streaming_jobs.sinks.context import BatchContext, app_id
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,8 @@ def run(
     # The look-back of applied event ids, kept between micro-batches instead of read from a table by each.
     lookback = spec.dedupe_lookback_records
     event_ids = EventIds(lookback) if lookback else None
+    last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
+    compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
@@ -82,12 +86,14 @@ def run(
             batch_id,
             event_ids=event_ids,
             topics=topics,
+            phases=Phases(batch_id),
         )
-        done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id))
+        done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id), classified=classified)
         counts["applied"] += done
         counts["dead_letters"] += dead
-        if spec.optimize_every and batch_id and batch_id % spec.optimize_every == 0:
-            optimize(spark, where)
+        if ctx.phases:
+            last_batch.update(ctx.phases.record())
+        compactor.after_batch(batch_id)
 
     reader = (
         spark.readStream.format("kafka")
@@ -103,7 +109,13 @@ def run(
     )
     if spec.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
-    writer = reader.load().writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint))
+    stream = reader.load()
+    # An event kind's stream is classified as it is read: Spark analyses the classification once for the
+    # query, where a batch that classified its records would pay it again each time (streaming_jobs.once.batch).
+    classified = spec.kind not in TABLE_KINDS
+    if classified:
+        stream = outbox_events.classify(stream, registry)
+    writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint))
     chosen = trigger or spec.trigger
     if chosen == "available-now":
         writer = writer.trigger(availableNow=True)
@@ -121,7 +133,7 @@ def run(
                         query.stop()
                         break
                     query.awaitTermination(1)
-                    write_progress(checkpoint, query.lastProgress, counts, running=True)
+                    write_progress(checkpoint, query.lastProgress, counts, running=True, batch=last_batch)
                 query.awaitTermination()  # raises the query's own error, if it died of one
                 break
             except StreamingQueryException as exc:
@@ -137,7 +149,8 @@ def run(
                 time.sleep(LEASE_RETRY_S)
                 query = writer.queryName(spec.name).start()
     finally:
-        write_progress(checkpoint, query.lastProgress, counts, running=False)
+        write_progress(checkpoint, query.lastProgress, counts, running=False, batch=last_batch)
+        compactor.close()
         spark.stop()
 
 
@@ -168,25 +181,6 @@ def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interv
         return None
     # A partition new since the last batch starts at its first offset: it is not in the previous plan.
     return {tp: (start.get(tp, 0), offset) for tp, offset in end.items()}
-
-
-def optimize(spark: Any, where: locations.Location) -> None:
-    """Compact the job's tables (small files from many micro-batches) so reads do not slow down.
-
-    Under the writer lock, and carrying the table's applied offsets forward, like any write of the job. The
-    tables beside it (dead letters, event ids) carry no offsets of their own.
-    """
-    from delta.tables import DeltaTable
-
-    for path in (where.table, where.dead_letters, where.event_ids):
-        if DeltaTable.isDeltaTable(spark, str(path)):
-            with table_lock(where.table, holder="optimize"):
-                if path == where.table:
-                    spark.conf.set(USER_METADATA, applied.read(path).metadata())
-                try:
-                    DeltaTable.forPath(spark, str(path)).optimize().executeCompaction()
-                finally:
-                    spark.conf.unset(USER_METADATA)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,23 +1,24 @@
-"""What a batch's write needs to happen once: the job, its tables, Delta's idempotence marker, the offsets it covers."""
+"""What a batch's write needs to happen once: the job, its tables, the offsets it covers."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F  # noqa: N812
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.jobs.spec import EVENT_IDS_SUFFIX, JobSpec
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval, TopicIdentity
-from streaming_jobs.once.event_ids import EventIds
+from streaming_jobs.once.event_ids import EventIds, Record
+from streaming_jobs.phases import Phases
 from streaming_jobs.ranges.positions import Partition
 
 EVENT_COLUMNS = [
@@ -34,6 +35,16 @@ EVENT_COLUMNS = [
 
 
 RECORD_COLUMNS = ["topic", "kafka_partition", "kafka_offset", "event_id"]  # an event_ids.Record
+
+
+def applied_at() -> Column:
+    """When the row was written (milliseconds): the `_applied_at` of the event kinds' tables.
+
+    Read on the executor as it writes each row, not `current_timestamp()`: Spark makes that a literal of the
+    query's start and compiles it into the generated code, so every batch's write would generate and compile
+    its code anew (seen in the code generator's log: two compilations per batch, none with this).
+    """
+    return F.timestamp_millis(F.expr("reflect('java.lang.System', 'currentTimeMillis')").cast("long"))
 
 
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
@@ -68,15 +79,25 @@ class BatchContext:
     ranges: Mapping[Partition, Interval] = field(default_factory=dict)  # the offsets the batch covers, [start, end)
     event_ids: EventIds | None = None  # a memory of the ids `event_ids_table` holds, kept between batches
     topics: Mapping[str, TopicIdentity] = field(default_factory=dict)  # as checked when the run began
-    # The Delta transaction marker of this write when it is not (app_id, batch_id): a piece of a batch that
-    # failed on a poison record (streaming_jobs.once.poison) is one write of its own.
+    # The Delta transaction marker of this batch's writes to the tables beside the job's (dead letters, event
+    # ids) when it is not (app_id, batch_id): a piece of a batch that failed on a poison record
+    # (streaming_jobs.once.poison) is one write of its own.
     txn: tuple[str, int] | None = None
     # The table kinds: the source table's contract the batch is written with (evolved by this batch, maybe).
     contract: TableContract | None = None
+    # The batch's valid records (position, event id), brought to the driver once with its dead-letter count.
+    records: list[Record] | None = None
+    phases: Phases | None = None  # where the batch's time goes (a streaming job's batches)
 
     @property
     def marker(self) -> tuple[str, int]:
-        """(txnAppId, txnVersion) of this write: Delta skips a write whose marker the table already has."""
+        """(txnAppId, txnVersion) of the batch's writes beside its table: Delta skips one the table already has.
+
+        The tables beside the job's (dead letters, event ids) are written before the job's table, and hold no
+        offsets of their own: after a crash between the two, the replayed batch writes them again, and this
+        marker is what keeps their rows from doubling. The job's table itself carries no marker (see
+        `idempotent`).
+        """
         return self.txn or (self.app_id, self.batch_id)
 
     @property
@@ -88,24 +109,27 @@ class BatchContext:
 
     @contextmanager
     def idempotent(self) -> Iterator[None]:
-        """The batch's one write to its table: skipped if this batch reached the table, and recording its offsets.
+        """The batch's one write to its table, recording in the same commit the offsets the table then holds.
 
-        Writes in this block (MERGE, UPDATE, DELETE, appends) carry Delta's txnAppId/txnVersion and, in the
-        commit's userMetadata, the offset intervals the table holds with this batch in. Make exactly one
-        commit to the job's table here: the intervals are true once that commit is in.
+        Writes in this block (MERGE, UPDATE, DELETE, appends) carry, in the commit's userMetadata, the offset
+        intervals the table holds with this batch in. Make exactly one commit to the job's table here: the
+        intervals are true once that commit is in, and they are what applies each record once. A replayed
+        batch, or the part of one the table holds, is dropped before any write (streaming_jobs.once.batch),
+        under the writer lease; so no Delta txnAppId/txnVersion marker is needed here, and none is written:
+        Delta rebuilds a table's transaction state (a Spark job) on every write that carries one.
         """
         conf = self.spark.conf
-        app, version = self.marker
-        conf.set("spark.databricks.delta.write.txnAppId", app)
-        conf.set("spark.databricks.delta.write.txnVersion", str(version))
         if self.applied_metadata:
             conf.set(USER_METADATA, self.applied_metadata)
         try:
-            yield
+            with self.phases.table_write() if self.phases else nullcontext():
+                yield
         finally:
-            conf.unset("spark.databricks.delta.write.txnAppId")
-            conf.unset("spark.databricks.delta.write.txnVersion")
             conf.unset(USER_METADATA)
+
+    def step(self, name: str) -> AbstractContextManager[None]:
+        """Time a step of the batch under `name` (streaming_jobs.phases)."""
+        return self.phases.step(name) if self.phases else nullcontext()
 
 
 def record_only(ctx: BatchContext) -> None:
@@ -116,19 +140,25 @@ def record_only(ctx: BatchContext) -> None:
     """
     if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
         empty = ctx.spark.read.format("delta").load(str(ctx.table)).limit(0)
+        app, version = ctx.marker
         with ctx.idempotent():
-            empty.write.format("delta").mode("append").save(str(ctx.table))
+            # Delta records an empty append only with an action: the batch's marker is that action here.
+            (
+                empty.write.format("delta")
+                .mode("append")
+                .option("txnAppId", app)
+                .option("txnVersion", version)
+                .save(str(ctx.table))
+            )
 
 
-def rows_added(ctx: BatchContext) -> int:
-    """Rows the batch's commit added to the job's table (0 when Delta skipped the write as done before).
+def rows_added(ctx: BatchContext, before: int) -> int:
+    """Rows the batch's commit added to the job's table, the table's newest version being `before` ahead of it.
 
-    Read from the commit itself (its operation metrics), which costs one small file, not a Spark job.
+    Read from the commit itself (its operation metrics), which costs one small file, not a Spark job: the
+    first commit after `before` that records this batch's offsets (a compaction may have come in between).
     """
-    commit = applied.newest_commit(ctx.table)
-    txn: dict[str, Any] = next((a["txn"] for a in commit if "txn" in a), {})
-    if (txn.get("appId"), txn.get("version")) != ctx.marker:
-        return 0
+    commit = applied.commit_with(ctx.table, before, ctx.applied_metadata or "")
     for action in commit:
         metrics = action.get("commitInfo", {}).get("operationMetrics", {})
         if "numOutputRows" in metrics:

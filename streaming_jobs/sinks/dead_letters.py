@@ -8,11 +8,6 @@ from pyspark.sql import functions as F  # noqa: N812
 from streaming_jobs.sinks.context import BatchContext
 
 
-def count_dead(events: DataFrame) -> int:
-    """How many of the batch's records are dead letters (this also fills the classified batch's cache)."""
-    return events.where(F.col("error").isNotNull()).count()
-
-
 def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:
     """Append the batch's invalid records, raw bytes and all, with the reason and the coordinates."""
     (

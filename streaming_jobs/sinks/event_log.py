@@ -7,7 +7,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.once import applied
 from streaming_jobs.once.resent import choose, remember, without
-from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext, rows_added
+from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext, applied_at, rows_added
 
 
 def event_log(events: DataFrame, ctx: BatchContext) -> int:
@@ -24,11 +24,13 @@ def event_log(events: DataFrame, ctx: BatchContext) -> int:
     records to drop; usually none, and then the batch is appended as it is, without a shuffle or a join.
     Returns the rows appended.
     """
-    valid = events.where(F.col("error").isNull())
-    before = applied.newest_version(ctx.table)
-    chosen = choose(valid, ctx, before)
-    fresh = without(valid.select(*EVENT_COLUMNS, "headers"), ctx, chosen.drop)
+    with ctx.step("dedupe"):
+        valid = events.where(F.col("error").isNull())
+        before = applied.newest_version(ctx.table)
+        chosen = choose(valid, ctx, before)
+        fresh = without(valid.select(*EVENT_COLUMNS, "headers"), ctx, chosen.drop)
     with ctx.idempotent():
-        fresh.withColumn("_applied_at", F.current_timestamp()).write.format("delta").mode("append").save(str(ctx.table))
-    remember(ctx, before, chosen)
-    return rows_added(ctx)
+        fresh.withColumn("_applied_at", applied_at()).write.format("delta").mode("append").save(str(ctx.table))
+    with ctx.step("dedupe"):
+        remember(ctx, before, chosen)
+        return rows_added(ctx, before)

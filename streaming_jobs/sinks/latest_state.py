@@ -6,7 +6,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812
 
-from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext
+from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext, applied_at
 
 
 def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:
@@ -38,7 +38,7 @@ def latest_state(events: DataFrame, ctx: BatchContext) -> int:
                 (
                     newest.where(~F.col("_delete"))
                     .drop("_delete")
-                    .withColumn("_applied_at", F.current_timestamp())
+                    .withColumn("_applied_at", applied_at())
                     .write.format("delta")
                     .mode("append")
                     .save(str(ctx.table))
@@ -47,7 +47,7 @@ def latest_state(events: DataFrame, ctx: BatchContext) -> int:
         table = DeltaTable.forPath(ctx.spark, str(ctx.table))
         # Within one key, Kafka order is the order of the key's partition; an older position never wins.
         later = "(s.kafka_partition <> t.kafka_partition OR s.kafka_offset > t.kafka_offset)"
-        columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS} | {"_applied_at": F.current_timestamp()}
+        columns: dict[str, str | Column] = {c: f"s.{c}" for c in EVENT_COLUMNS} | {"_applied_at": applied_at()}
         with ctx.idempotent():
             (
                 table.alias("t")

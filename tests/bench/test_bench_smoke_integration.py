@@ -22,7 +22,12 @@ pytestmark = pytest.mark.integration
 
 # bench, tiny arguments, the results file, keys its JSON must hold
 ON_A_RUNNING_STACK = [
-    ("jobs_bench", ["--rate", "200", "--seconds", "3", "--events", "2000", "--lakes", "local"], "jobs.json", ["local"]),
+    (
+        "jobs_bench",
+        ["--rate", "200", "--seconds", "3", "--runs", "1", "--events", "2000", "--lakes", "local"],
+        "jobs.json",
+        ["local"],
+    ),
     (
         "relay_bench",
         ["--events", "2000", "--rounds", "1", "--rates", "200", "--seconds", "2", "--warmup", "1"],
@@ -66,7 +71,9 @@ def test_a_bench_runs_and_reports(
     for key in keys:
         assert key in report, f"{name}: no {key!r} in {sorted(report)}"
     if name == "jobs_bench":
-        assert {"latency", "latency_floor", "throughput"} <= set(report["local"])
+        assert {"medians", "runs", "throughput"} <= set(report["local"])
+        assert {"event_log", "latest_state", "floor"} <= set(report["local"]["medians"]), report["local"]["medians"]
+        assert report["local"]["runs"][0]["event_log"]["cycle_ms_median"], "no cycle split for the event log"
 
 
 @pytest.mark.stack_lifecycle

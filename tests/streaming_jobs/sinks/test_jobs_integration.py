@@ -15,10 +15,12 @@ pytestmark = pytest.mark.integration
 
 
 def assert_each_batch_is_one_commit(table: Path) -> None:
-    """Each commit that adds rows carries its batch's idempotence marker and the offsets the table then holds.
+    """Each commit that adds rows carries the offsets the table then holds, and no Delta txn marker.
 
-    One atomic commit per batch: rows written without them, and the offsets recorded by a second commit,
-    leave a window where a crash keeps rows the table does not know it holds.
+    One atomic commit per batch: rows written without their offsets, and the offsets recorded by a second
+    commit, leave a window where a crash keeps rows the table does not know it holds. The offsets are what
+    skip a replayed batch; a txnAppId/txnVersion marker would only make Delta rebuild the table's
+    transaction state on every write.
     """
     data_commits = 0
     for commit in sorted((table / "_delta_log").glob("*.json")):
@@ -27,7 +29,7 @@ def assert_each_batch_is_one_commit(table: Path) -> None:
             continue
         data_commits += 1
         info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        assert any("txn" in a for a in actions), f"{commit.name}: rows committed without txnAppId/txnVersion"
+        assert not any("txn" in a for a in actions), f"{commit.name}: rows committed with a txnAppId/txnVersion"
         assert '"applied"' in (info.get("userMetadata") or ""), f"{commit.name}: rows committed without their offsets"
     assert data_commits, f"no commit of {table} added rows"
 

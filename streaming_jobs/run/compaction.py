@@ -1,0 +1,100 @@
+"""Compaction of a running job's tables, beside its micro-batches rather than in one of them.
+
+Each micro-batch adds a few small files to each table it writes; every `optimize_every` batches the job
+compacts them. Done in line, the batch that compacts is late by the whole compaction, and every event in it
+with it. So a streaming job compacts in a thread of its own, in Spark's `compaction` scheduler pool (the
+fair scheduler gives the batches their share of the cores meanwhile), and the batches go on:
+
+- An append-only table (the event log, and every job's dead letters and event ids) is compacted beside the
+  batches: Delta commits a compaction and a blind append one after the other without conflict, and the
+  compaction's commit records no offsets, which `streaming_jobs.once.applied` steps over. It holds the table's
+  writer lease shared with the job's own batches (streaming_jobs.lake.lease): no other process writes
+  meanwhile, which Delta's S3 log store needs, and the job's batches do not wait for it.
+- A table the job MERGEs into (latest state, the table kinds, a projection's) is compacted in line, between
+  two batches, as before: a MERGE that read files a compaction removed would fail its batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from streaming_jobs.jobs.locations import Location
+from streaming_jobs.lake.lease import table_lock
+from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.once import applied
+from streaming_jobs.sinks.context import USER_METADATA
+
+log = logging.getLogger(__name__)
+
+POOL = "compaction"  # the fair scheduler's pool the background compactions run in
+
+
+def compact(spark: Any, table: LakePath, *, lease_of: LakePath, carry_offsets: bool, beside: bool = False) -> None:
+    """Compact one table under its job table's writer lease (`beside`: shared with the job's own batches).
+
+    `carry_offsets`: the compaction's commit records the table's applied offsets again, so the table's newest
+    commit still says what it holds (what `cdcpipe jobs optimize` and an in-line compaction do). A compaction
+    beside the batches must not: a batch may commit more offsets while it runs.
+    """
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, str(table)):
+        return
+    with table_lock(lease_of, holder="optimize", compaction=beside):
+        if carry_offsets:
+            spark.conf.set(USER_METADATA, applied.read(table).metadata())
+        try:
+            DeltaTable.forPath(spark, str(table)).optimize().executeCompaction()
+        finally:
+            if carry_offsets:
+                spark.conf.unset(USER_METADATA)
+
+
+def optimize(spark: Any, where: Location) -> None:
+    """Compact a job's tables now (`cdcpipe jobs optimize`), each under the job table's writer lease.
+
+    The job's table carries its applied offsets forward, like any write of the job. The tables beside it
+    (dead letters, event ids) carry no offsets of their own.
+    """
+    for table in (where.table, where.dead_letters, where.event_ids):
+        compact(spark, table, lease_of=where.table, carry_offsets=table == where.table)
+
+
+class Compactor:
+    """Compacts a streaming job's tables every `every` batches: the append-only ones in a background thread."""
+
+    def __init__(self, spark: Any, where: Location, kind: str, every: int) -> None:
+        self.spark = spark
+        self.where = where
+        self.every = every
+        # The event log's own table is append-only (its event ids are in it); a job of another kind MERGEs.
+        appended = [where.table] if kind == "event_log" else []
+        self.beside = [*appended, where.dead_letters, *([] if kind == "event_log" else [where.event_ids])]
+        self.in_line = [] if kind == "event_log" else [where.table]
+        self._thread: threading.Thread | None = None
+
+    def after_batch(self, batch_id: int) -> None:
+        """Called after each batch: compact if this one is due (in line the MERGE tables, beside the rest)."""
+        if not (self.every and batch_id and batch_id % self.every == 0):
+            return
+        for table in self.in_line:
+            compact(self.spark, table, lease_of=self.where.table, carry_offsets=True)
+        if self._thread is not None and self._thread.is_alive():
+            return  # the last one is still at it: skip this turn rather than queue behind it
+        self._thread = threading.Thread(target=self._beside, name="cdcpipe-compaction", daemon=True)
+        self._thread.start()
+
+    def _beside(self) -> None:
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
+        try:
+            for table in self.beside:
+                compact(self.spark, table, lease_of=self.where.table, carry_offsets=False, beside=True)
+        except Exception as exc:  # a failed compaction loses nothing: the small files stay; the next one retries
+            log.warning("compaction of %s's tables failed (the next one tries again): %s", self.where.table, exc)
+
+    def close(self, timeout_s: float = 300) -> None:
+        """Wait for a compaction in progress (a job that stops lets it finish, or its files stay small)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
