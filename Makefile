@@ -62,7 +62,7 @@ docs: install
 clean:
 	-$(CDCPIPE) stack down --purge
 
-# Benchmarks print JSON (and write it under bench/results/); they are not part of `make test`.
+# Benchmarks print JSON (and write it under bench/results/); `make test` runs each once with tiny sizes.
 # stack_startup measures `stack up` itself, so it runs with the stack down; the relay benchmark needs it up.
 bench: install
 	$(CDCPIPE) stack down
@@ -71,6 +71,8 @@ bench: install
 	$(PY) bench/relay_bench.py
 	$(PY) bench/catch_up_bench.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/jobs_bench.py --lakes local --drift-minutes 10
+	$(PY) bench/batch_bench.py
 	$(PY) bench/replay_bench.py
 	$(CDCPIPE) stack down
 	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(CDCPIPE) stack up

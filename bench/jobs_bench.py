@@ -85,7 +85,12 @@ def percentile(values: list[float], p: float) -> float:
 KINDS = ("event_log", "latest_state", "floor")  # what a latency run measures: a job of a kind, or the floor job
 
 
-def latency(env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, kind: str) -> dict[str, Any]:
+SETTLE_S = 20.0  # the driver's start-up and its first (empty) batches, before the warm-up
+
+
+def latency(
+    env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, kind: str, settle_s: float = SETTLE_S
+) -> dict[str, Any]:
     """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
     floor = kind == "floor"
     dsn = env["CDCPIPE_PG_DSN"]
@@ -128,7 +133,7 @@ def latency(env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: f
     )
     try:
         wait_leader(dsn, names, relay.pid)
-        time.sleep(20)  # the driver's start-up and its first (empty) batches
+        time.sleep(settle_s)
         table = lake / name
         # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
         # user waits for on any given event. Warm it with the same load first; measure only what follows.
@@ -548,6 +553,9 @@ def main() -> None:
         default=0,
         help="instead: one event-log job for this long at --rate, batch duration per minute (jobs_drift.json)",
     )
+    parser.add_argument(
+        "--settle-s", type=float, default=SETTLE_S, help="seconds a driver gets to start before the warm-up"
+    )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     RESULTS.mkdir(exist_ok=True)
@@ -567,7 +575,9 @@ def main() -> None:
             try:
                 if args.drift_minutes:
                     topics.append(f"jobs.{tag}{index}d.bench")
-                    run = latency(env, lake, f"{tag}{index}d", args.rate, 60 * args.drift_minutes, "event_log")
+                    run = latency(
+                        env, lake, f"{tag}{index}d", args.rate, 60 * args.drift_minutes, "event_log", args.settle_s
+                    )
                     by_minute = run["batch_duration_by_minute_ms"]
                     result[name] = {
                         "lake": str(lake),
@@ -582,7 +592,7 @@ def main() -> None:
                     for kind in kinds:
                         run_tag = f"{tag}{index}{kind[0]}{r}"
                         topics.append(f"jobs.{run_tag}.bench")
-                        measured[kind] = latency(env, lake, run_tag, args.rate, args.seconds, kind)
+                        measured[kind] = latency(env, lake, run_tag, args.rate, args.seconds, kind, args.settle_s)
                     runs.append(measured)
                 result[name] = {"lake": str(lake), "medians": medians(runs), "runs": runs}
                 if args.events:

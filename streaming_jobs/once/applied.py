@@ -172,6 +172,19 @@ def newest_version(table: LakePath) -> int:
     return _newest_version(table / "_delta_log")
 
 
+def data_changes(table: LakePath, after: int, upto: int) -> int | None:
+    """How many commits in (after, upto] add or remove rows (a compaction's do not); None if one is unreadable."""
+    log = table / "_delta_log"
+    changed = 0
+    for version in range(after + 1, upto + 1):
+        actions = _actions(log, version)
+        if actions is None:
+            return None
+        if any(a[kind].get("dataChange", True) for a in actions for kind in ("add", "remove") if kind in a):
+            changed += 1
+    return changed
+
+
 def commit_with(table: LakePath, after: int, metadata: str) -> list[dict[str, Any]]:
     """The actions of the first commit after version `after` whose userMetadata is `metadata` (none: no such one)."""
     log = table / "_delta_log"

@@ -11,8 +11,10 @@ The table stays the truth. Two rules keep the memory from ever dropping an event
 or from keeping one it does:
 - a batch id whose hash is remembered (a resend, or a hash collision) is looked up in the table; only an
   id found there is dropped;
-- the memory answers only at the table version its job's own last commit made. After any other commit (a
-  backfill or replay beside the job, a compaction, a skipped write), it is read again from the table.
+- the memory answers only at the table version its job's own last commit made, or at a later one reached by
+  commits that change no rows (a compaction). After any other commit (a backfill or replay beside the job, a
+  skipped write), it is read again from the table: for a look-back of 100,000 records a partition, a scan
+  that takes seconds.
 """
 
 from __future__ import annotations
@@ -71,6 +73,16 @@ class EventIds:
         # What each load or batch added, per partition, in chunks with their highest offset: a chunk is
         # forgotten whole once that is below the floor.
         self._chunks: dict[Partition, deque[tuple[int, list[int]]]] = {}
+
+    @property
+    def version(self) -> int | None:
+        """The table version the memory is true for (None: it must be read from the table)."""
+        return self._version
+
+    def advance(self, version: int) -> None:
+        """The commits up to `version` changed no rows (a compaction): the memory is true there too."""
+        if self._version is not None:
+            self._version = max(self._version, version)
 
     def answers(self, version: int, ranges: Mapping[Partition, Interval]) -> bool:
         """Whether the memory knows every id the table holds in the look-back of `ranges`, at `version`."""

@@ -67,10 +67,13 @@ def remember(ctx: BatchContext, before: int, chosen: Split) -> None:
     """Bring the job's memory of ids up to the commit it just made to `event_ids_table`."""
     if ctx.event_ids is None:
         return
-    after = applied.newest_version(ctx.event_ids_table)
-    if after == before + 1:  # this batch's commit (the writer lease keeps any other out)
+    table = ctx.event_ids_table
+    after = applied.newest_version(table)
+    # This batch's commit is the only one that changed rows since `before`: the writer lease keeps every other
+    # writer out, but the job's own compaction may have committed beside it.
+    if after == before + 1 or applied.data_changes(table, before, after) == 1:
         ctx.event_ids.appended(after, ctx.ranges, chosen.keep)
-    else:  # another commit came in between (a compaction), or Delta skipped a side table's write as done
+    else:  # Delta skipped a side table's write as done, or the table changed otherwise
         ctx.event_ids.forget()
 
 
@@ -78,6 +81,16 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     """The batch's event ids the job applied before, in the look-back of the batch's partitions."""
     lookback = ctx.job.dedupe_lookback_records
     memory = ctx.event_ids if lookback and ctx.ranges else None
+    # Commits since the memory's version that change no rows (the job's compaction) leave it true: reading the
+    # look-back from the table again would make the batch after each compaction seconds late.
+    known = memory.version if memory is not None else None
+    if (
+        memory is not None
+        and known is not None
+        and known < version
+        and applied.data_changes(ctx.event_ids_table, known, version) == 0
+    ):
+        memory.advance(version)
     if memory is not None and not memory.answers(version, ctx.ranges):
         rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
         memory.load(version, memory.floors(ctx.ranges), [record_of(r) for r in rows])

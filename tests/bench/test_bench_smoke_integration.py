@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 ON_A_RUNNING_STACK = [
     (
         "jobs_bench",
-        ["--rate", "200", "--seconds", "3", "--runs", "1", "--events", "2000", "--lakes", "local"],
+        ["--rate", "200", "--seconds", "3", "--runs", "1", "--events", "2000", "--lakes", "local", "--settle-s", "3"],
         "jobs.json",
         ["local"],
     ),
@@ -41,6 +41,13 @@ ON_A_RUNNING_STACK = [
         ["quiet_drain_events_per_s", "notified_drain_events_per_s"],
     ),
     ("replay_bench", ["--sizes", "2000", "--chunk-size", "1000", "--lakes", "local"], "replay.json", ["runs"]),
+    ("batch_bench", ["--events", "1500", "--per-batch", "300"], "batch.json", ["ms_median"]),
+    (
+        "jobs_bench",
+        ["--rate", "200", "--drift-minutes", "0.1", "--lakes", "local", "--settle-s", "3"],
+        "jobs_drift.json",
+        ["local"],
+    ),
 ]
 
 
@@ -61,7 +68,9 @@ def results(tmp_path: Path, file: str) -> dict[str, Any]:
     return found
 
 
-@pytest.mark.parametrize(("name", "args", "file", "keys"), ON_A_RUNNING_STACK, ids=[b[0] for b in ON_A_RUNNING_STACK])
+@pytest.mark.parametrize(
+    ("name", "args", "file", "keys"), ON_A_RUNNING_STACK, ids=[b[2].removesuffix(".json") for b in ON_A_RUNNING_STACK]
+)
 def test_a_bench_runs_and_reports(
     stack: Stack, tmp_path: Path, name: str, args: list[str], file: str, keys: list[str]
 ) -> None:
@@ -70,7 +79,12 @@ def test_a_bench_runs_and_reports(
     assert report
     for key in keys:
         assert key in report, f"{name}: no {key!r} in {sorted(report)}"
-    if name == "jobs_bench":
+    if name == "batch_bench":
+        assert set(report["ms_median"]) == {"floor", "floor_marker", "job", "job_two_jobs", "job_current_timestamp"}
+        assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())
+    if file == "jobs_drift.json":
+        assert report["local"]["drift"]["batch_duration_by_minute_ms"], "no batch durations by minute"
+    elif name == "jobs_bench":
         assert {"medians", "runs", "throughput"} <= set(report["local"])
         assert {"event_log", "latest_state", "floor"} <= set(report["local"]["medians"]), report["local"]["medians"]
         assert report["local"]["runs"][0]["event_log"]["cycle_ms_median"], "no cycle split for the event log"

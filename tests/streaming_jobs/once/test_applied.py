@@ -7,7 +7,7 @@ import pytest
 
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.once.applied import Applied, read
+from streaming_jobs.once.applied import Applied, data_changes, read
 
 
 def test_intervals_merge_where_they_touch_or_overlap() -> None:
@@ -85,3 +85,21 @@ def test_a_log_cleaned_below_commits_without_intervals_is_an_error_not_a_guess(t
     commit(log, 7, {"operation": "OPTIMIZE"})  # versions 0..6 were cleaned up
     with pytest.raises(StreamingError, match="cannot tell which offsets the table holds"):
         read(LakePath(str(tmp_path / "t")))
+
+
+def test_a_compactions_commits_change_no_rows_and_an_unreadable_commit_says_so(tmp_path: Path) -> None:
+    log = tmp_path / "t" / "_delta_log"
+    commit(log, 0, {"operation": "WRITE"})
+    compaction = [
+        {"commitInfo": {"operation": "OPTIMIZE"}},
+        {"add": {"path": "big.parquet", "dataChange": False}},
+        {"remove": {"path": "part-0.parquet", "dataChange": False}},
+    ]
+    (log / f"{1:020d}.json").write_text("\n".join(json.dumps(a) for a in compaction) + "\n")
+    commit(log, 2, {"operation": "WRITE"})  # an add without dataChange: Delta's default, true
+    table = LakePath.of(str(tmp_path / "t"))
+    assert data_changes(table, 0, 1) == 0
+    assert data_changes(table, 0, 2) == 1
+    assert data_changes(table, -1, 2) == 2
+    (log / f"{1:020d}.json").unlink()  # cleaned up by log retention
+    assert data_changes(table, 0, 2) is None

@@ -82,3 +82,15 @@ def test_after_forget_or_a_batch_it_did_not_answer_it_reads_the_table_again() ->
 def test_a_look_back_of_zero_is_not_a_memory() -> None:
     with pytest.raises(ValueError, match="look-back of at least one record"):
         EventIds(lookback=0)
+
+
+def test_the_memory_moves_past_commits_that_change_no_rows_but_never_back_or_from_nothing() -> None:
+    memory = EventIds(lookback=10)
+    memory.advance(5)
+    assert memory.version is None, "a memory never loaded must be read from the table"
+    memory.load(3, {("t", 0): 0}, [(("t", 0), 1, "a")])
+    memory.advance(5)
+    assert memory.version == 5
+    assert memory.answers(5, {("t", 0): (10, 12)})
+    memory.advance(4)
+    assert memory.version == 5
