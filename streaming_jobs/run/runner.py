@@ -74,7 +74,7 @@ def run(
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
-        # idempotent-write settings (txnAppId/txnVersion, the applied offsets in userMetadata) must be set
+        # idempotent-write settings (the applied offsets in userMetadata) must be set
         # where the batch's DataFrames write. Set on `spark`, an append of the batch committed without
         # them, and a second commit had to record the offsets: two commits, not one atomic one.
         ctx = BatchContext(
