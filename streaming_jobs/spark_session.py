@@ -13,6 +13,8 @@ from cdcpipe.kafka_client import SPARK_REDACTION_REGEX
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import SparkJarsMissingError
 
+FAIR_POOLS = Path(__file__).parent / "run" / "fair_pools.xml"
+
 # Jars the session cannot work without; a prefix match, versions come from infra/versions.toml.
 REQUIRED_JARS = (
     "spark-sql-kafka-0-10_",
@@ -92,6 +94,8 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
             # A job compacts its append-only tables in a thread beside its micro-batches (streaming_jobs.run.
             # compaction): pools share the cores fairly, so a batch's jobs do not queue behind a compaction's.
             "spark.scheduler.mode": "FAIR",
+            # Declares the `compaction` pool (Spark warns on every job run in an undeclared one).
+            "spark.scheduler.allocation.file": str(FAIR_POOLS),
             # Instants are kept as instants; a Postgres timestamp without zone, which Debezium sends as epoch time of
             # its wall-clock value, is read back in UTC to give that wall-clock value (schema_change.types).
             "spark.sql.session.timeZone": "UTC",

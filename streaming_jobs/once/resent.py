@@ -11,7 +11,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.once import applied
 from streaming_jobs.once.event_ids import Record, Split, split
-from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext
+from streaming_jobs.sinks.context import RECORD_COLUMNS, USER_METADATA, BatchContext
 
 
 def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
@@ -20,24 +20,40 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
     A copy is a record whose event id (for table changes: key and LSN) is at another offset among the job's
     applied events, in the look-back of its partition, or earlier in the batch: the same rule as the event
     log's, over `<table>_event_ids`, since these kinds' tables do not keep every id. The ids of the records
-    kept are appended there first, in a commit of their own that carries the batch's idempotence marker. A
+    kept are appended there first, in a commit of their own that records the batch's offsets (`_recorded`). A
     crash before the table's own write leaves them recorded; the replayed batch then finds them at its own
-    records' positions, which never count as copies (see `_held`), and the marker skips the second append.
+    records' positions, which never count as copies (see `_held`), and those offsets skip the second append.
     """
     table = ctx.event_ids_table
     valid = events.where(F.col("error").isNull())
     before = applied.newest_version(table)
     chosen = choose(valid, ctx, before)
-    (
-        without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop)
-        .write.format("delta")
-        .mode("append")
-        .option("txnAppId", ctx.app_id)
-        .option("txnVersion", ctx.batch_id)
-        .save(str(table))
-    )
+    recorded = _recorded(ctx)
+    if not recorded.covers(ctx.ranges):  # else an attempt of this batch that crashed recorded them already
+        ctx.spark.conf.set(USER_METADATA, recorded.plus(ctx.ranges).with_topics(ctx.topics).metadata())
+        try:
+            without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop).write.format("delta").mode("append").save(
+                str(table)
+            )
+        finally:
+            ctx.spark.conf.unset(USER_METADATA)
     remember(ctx, before, chosen)
     return without(events, ctx, chosen.drop)
+
+
+def _recorded(ctx: BatchContext) -> applied.Applied:
+    """The offsets whose ids `<table>_event_ids` holds (streaming_jobs.once.applied), of the topics as they are.
+
+    Its commits carry them as the job's table's commits do, which is what skips a replayed batch's second
+    append; Delta's txnAppId/txnVersion marker did it before, at the price of rebuilding the table's
+    transaction state on every append (seconds a batch once the table is large). The intervals of a topic
+    deleted and created again (another id) number other records: they hold nothing of the topic now.
+    """
+    recorded = applied.read(ctx.event_ids_table)
+    for topic, identity in recorded.topics.items():
+        if ctx.topics.get(topic, identity) != identity:
+            recorded = recorded.without_topic(topic)
+    return recorded
 
 
 def choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
@@ -49,7 +65,7 @@ def choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
     if ctx.records is not None:
         records = ctx.records  # collected with the batch's dead-letter count (streaming_jobs.once.batch)
     else:
-        records = [record_of(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
+        records = [_record_of(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
     return split(records, _held(ctx, valid, version, records))
 
 
@@ -93,7 +109,7 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
         memory.advance(version)
     if memory is not None and not memory.answers(version, ctx.ranges):
         rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
-        memory.load(version, memory.floors(ctx.ranges), [record_of(r) for r in rows])
+        memory.load(version, memory.floors(ctx.ranges), [_record_of(r) for r in rows])
     if version < 0:
         return set()  # no table yet
     if memory is not None and not memory.suspects(event_id for _, _, event_id in records):
@@ -105,7 +121,7 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     present = _recent(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
     own = {(tp, offset) for tp, offset, _ in records}
     return {
-        event_id for tp, offset, event_id in map(record_of, present.toArrow().to_pylist()) if (tp, offset) not in own
+        event_id for tp, offset, event_id in map(_record_of, present.toArrow().to_pylist()) if (tp, offset) not in own
     }
 
 
@@ -124,6 +140,6 @@ def _recent(ctx: BatchContext) -> DataFrame:
     return seen.where(functools.reduce(operator.or_, near))
 
 
-def record_of(row: dict[str, Any]) -> Record:
+def _record_of(row: dict[str, Any]) -> Record:
     """A record of the batch from its row of RECORD_COLUMNS."""
     return (row["topic"], row["kafka_partition"]), row["kafka_offset"], row["event_id"]

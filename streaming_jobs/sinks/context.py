@@ -91,12 +91,12 @@ class BatchContext:
 
     @property
     def marker(self) -> tuple[str, int]:
-        """(txnAppId, txnVersion) of the batch's writes beside its table: Delta skips one the table already has.
+        """(txnAppId, txnVersion) of the batch's dead letters: Delta skips a write the table already has.
 
-        The tables beside the job's (dead letters, event ids) are written before the job's table, and hold no
-        offsets of their own: after a crash between the two, the replayed batch writes them again, and this
-        marker is what keeps their rows from doubling. The job's table itself carries no marker (see
-        `idempotent`).
+        The dead letters are written before the job's table, and hold no offsets of their own: after a crash
+        between the two, the replayed batch writes them again, and this marker is what keeps their rows from
+        doubling. The job's table (see `idempotent`) and its event ids (streaming_jobs.once.resent) carry
+        offsets instead, and no marker.
         """
         return self.txn or (self.app_id, self.batch_id)
 

@@ -149,10 +149,11 @@ def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
 def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
-    """A replayed batch is applied once.
+    """A replayed batch is applied once, whichever of its commits the crash came after.
 
-    The crash window: Delta committed the batch, the checkpoint did not, so Spark replays the batch. The
-    balances, which a MERGE increments, must not move.
+    The first crash window: Delta committed the batch, the checkpoint did not, so Spark replays the batch. The
+    balances, which a MERGE increments, must not move. The second: the batch's event ids were recorded, the
+    driver died before the table's commit; the replay applies the batch, and records its ids once.
     """
     send(
         stack,
@@ -177,13 +178,28 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
     expected = {"a-1": 60, "a-2": 70}
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
 
-    commits = sorted(
-        (Path(job.checkpoint().url) / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
-    )
-    last = [p for p in commits if p.name.isdigit()][-1]
-    last.unlink()  # as if the driver died right after the Delta commit (with the commit's checksum file)
-    (last.parent / f".{last.name}.crc").unlink(missing_ok=True)
+    last = _drop_newest(Path(job.checkpoint().url) / "commits", "")  # the driver died after the Delta commit
     job.run()
     assert (Path(job.checkpoint().url) / "commits" / last.name).exists(), "the batch was not replayed"
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
     assert_each_batch_is_one_commit(Path(job.lake) / "out")
+
+    # The driver died between the event ids' commit and the table's.
+    _drop_newest(Path(job.lake) / "out" / "_delta_log", ".json")
+    _drop_newest(Path(job.checkpoint().url) / "commits", "")
+    job.run()
+    assert {r["account_id"]: r["balance"] for r in job.table()} == expected
+    positions = [(r["kafka_partition"], r["kafka_offset"]) for r in job.table("_event_ids")]
+    assert sorted(positions) == [(0, offset) for offset in range(5)], "the batch's ids were recorded twice"
+    assert_each_batch_is_one_commit(Path(job.lake) / "out")
+    assert_each_batch_is_one_commit(Path(job.lake) / "out_event_ids")
+
+
+def _drop_newest(folder: Path, suffix: str) -> Path:
+    """Delete the newest numbered file (a checkpoint's or a Delta log's commit) and its checksum, as a crash would."""
+    numbered = [p for p in folder.iterdir() if p.name.removesuffix(suffix).isdigit() and p.name.endswith(suffix)]
+    last = max(numbered, key=lambda p: int(p.name.removesuffix(suffix)))
+    last.unlink()
+    (folder / f".{last.name}.crc").unlink(missing_ok=True)  # Spark's checksum of a checkpoint file
+    (folder / f"{last.name.removesuffix(suffix)}.crc").unlink(missing_ok=True)  # Delta's of a table version
+    return last
