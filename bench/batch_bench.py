@@ -12,9 +12,6 @@ so the differences are the levers' own:
 - `job`: classify (as a job does, here per batch), cache, bring the ids and dead-letter count to the driver
   in one Spark job, write the valid events with `_applied_at` (streaming_jobs.sinks.context.applied_at);
 - `job_no_cache`: the same without caching the classified batch: the write reads and classifies it again;
-- `job_one_pass`: classify and write in one Spark job, the ids and dead-letter count gathered on the way
-  (a Python pass over the Arrow batches, an accumulator back to the driver; a broadcast set of the memory's
-  hashes checked against): what deduplicating on the executors would cost;
 - `job_two_jobs`: the same with the dead-letter count a Spark job of its own, as jobs did before;
 - `job_current_timestamp`: the same with `_applied_at = current_timestamp()`, a literal new every batch.
 
@@ -44,7 +41,7 @@ from relay_bench import env_kafka, stack_env
 from infra.config import StackSettings
 
 RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
-VARIANTS = ("floor", "floor_marker", "job", "job_no_cache", "job_one_pass", "job_two_jobs", "job_current_timestamp")
+VARIANTS = ("floor", "floor_marker", "job", "job_no_cache", "job_two_jobs", "job_current_timestamp")
 
 
 def run_variant(topic: str, per_batch: int, variant: str, lake: Path) -> dict[str, int]:
@@ -55,10 +52,8 @@ def run_variant(topic: str, per_batch: int, variant: str, lake: Path) -> dict[st
         capture_output=True,
         text=True,
         timeout=900,
-        check=False,
+        check=True,
     )
-    if done.returncode != 0:
-        raise SystemExit(f"batch_bench: variant {variant} failed:\n{done.stderr[-4000:]}")
     steps: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
     return steps
 
@@ -85,40 +80,6 @@ def query(variant: str, topic: str, per_batch: int) -> None:
         work()
         times.setdefault(step, []).append(time.perf_counter() - started)
 
-    from pyspark.accumulators import AccumulatorParam
-
-    class Gathered(AccumulatorParam[list[Any]]):
-        def zero(self, value: list[Any]) -> list[Any]:
-            return []
-
-        def addInPlace(self, value1: list[Any], value2: list[Any]) -> list[Any]:  # noqa: N802 (PySpark's name)
-            value1.extend(value2)
-            return value1
-
-    memory = spark.sparkContext.broadcast(frozenset(hash(str(uuid.uuid4())) for _ in range(100_000)))
-
-    def one_pass(events: DataFrame) -> None:
-        gathered = spark.sparkContext.accumulator([], Gathered())
-        columns = events.select(*EVENT_COLUMNS, "headers", "error")
-
-        def check(batches: Any) -> Any:
-            import pyarrow.compute as pc
-
-            for batch in batches:
-                ok = pc.is_null(batch.column("error"))
-                valid = batch.filter(ok).drop_columns(["error"])
-                ids = valid.column("event_id").to_pylist()
-                suspects = [i for i in ids if hash(i) in memory.value]
-                gathered.add([(len(batch) - len(valid), suspects, len(ids))])
-                yield valid
-
-        schema = columns.drop("error").schema
-        columns.mapInArrow(check, schema).withColumn("_applied_at", applied_at()).write.format("delta").mode(
-            "append"
-        ).save(out)
-        if not sum(n for _, _, n in gathered.value):
-            raise RuntimeError("one pass: no ids gathered")
-
     def each_batch(records: DataFrame, batch_id: int) -> None:
         if variant.startswith("floor"):
             write = records.select(F.col("value").cast("string").alias("payload"), "partition", "offset").write
@@ -127,9 +88,6 @@ def query(variant: str, topic: str, per_batch: int) -> None:
             timed("write", lambda: write.format("delta").mode("append").save(out))
             return
         events = outbox_events.classify(records, registry)
-        if variant == "job_one_pass":
-            timed("write", lambda: one_pass(events))
-            return
         events = events if variant == "job_no_cache" else events.cache()
         if variant == "job_two_jobs":
             timed("count_dead", lambda: events.where(F.col("error").isNotNull()).count())
