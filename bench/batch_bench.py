@@ -52,8 +52,10 @@ def run_variant(topic: str, per_batch: int, variant: str, lake: Path) -> dict[st
         capture_output=True,
         text=True,
         timeout=900,
-        check=True,
+        check=False,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"batch_bench: variant {variant} failed:\n{done.stderr[-4000:]}")
     steps: dict[str, int] = json.loads(done.stdout.strip().splitlines()[-1])
     return steps
 
