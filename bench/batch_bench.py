@@ -12,6 +12,7 @@ so the differences are the levers' own:
 - `job`: classify (as a job does, here per batch), cache, bring the ids and dead-letter count to the driver
   in one Spark job, write the valid events with `_applied_at` (streaming_jobs.sinks.context.applied_at);
 - `job_no_cache`: the same without caching the classified batch: the write reads and classifies it again;
+- `job_cache_uncompressed`: the same with Spark's in-memory cache not compressing its column batches;
 - `job_two_jobs`: the same with the dead-letter count a Spark job of its own, as jobs did before;
 - `job_current_timestamp`: the same with `_applied_at = current_timestamp()`, a literal new every batch.
 
@@ -41,7 +42,15 @@ from relay_bench import env_kafka, stack_env
 from infra.config import StackSettings
 
 RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
-VARIANTS = ("floor", "floor_marker", "job", "job_no_cache", "job_two_jobs", "job_current_timestamp")
+VARIANTS = (
+    "floor",
+    "floor_marker",
+    "job",
+    "job_no_cache",
+    "job_cache_uncompressed",
+    "job_two_jobs",
+    "job_current_timestamp",
+)
 
 
 def run_variant(topic: str, per_batch: int, variant: str, lake: Path) -> dict[str, int]:
@@ -89,6 +98,8 @@ def query(variant: str, topic: str, per_batch: int) -> None:
                 write = write.option("txnAppId", "bench").option("txnVersion", batch_id)
             timed("write", lambda: write.format("delta").mode("append").save(out))
             return
+        if variant == "job_cache_uncompressed":
+            spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
         events = outbox_events.classify(records, registry)
         events = events if variant == "job_no_cache" else events.cache()
         if variant == "job_two_jobs":

@@ -187,6 +187,7 @@ def latency(
         "batches": _batch_summary(batches, commits),
         "cycle_ms_median": _cycle_split(batches, commits),
         "batch_duration_by_minute_ms": _by_minute(batches),
+        "slowest_batches": _slowest(batches, commits),
         "cpu_percent_of_one_core_while_generating": cpu,
     }
 
@@ -305,8 +306,37 @@ def _cycle_split(batches: dict[int, dict[str, Any]], commits: list[tuple[float, 
     own bookkeeping until the write returns), the driver's time in the batch outside those steps, and the
     wait for the next trigger.
     """
+    rows = [row for _, row in _cycle_rows(batches, commits)]
+    if not rows:
+        return None
+    keys = sorted({k for r in rows for k in r})
+    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 1) for k in keys}
+
+
+def _slowest(
+    batches: dict[int, dict[str, Any]], commits: list[tuple[float, float]], n: int = 3
+) -> list[dict[str, Any]]:
+    """The `n` longest batches with their cycle split (a latency tail's cause: a compaction, a checkpoint)."""
+    timed = [
+        (float(b.get("durationMs", {}).get("triggerExecution", 0)), b, row) for b, row in _cycle_rows(batches, commits)
+    ]
+    return [
+        {
+            "batch": b.get("batchId"),
+            "rows": b.get("numInputRows"),
+            "ms": round(ms),
+            "split_ms": {k: round(v) for k, v in sorted(row.items()) if v >= 1},
+        }
+        for ms, b, row in sorted(timed, key=lambda t: t[0], reverse=True)[:n]
+    ]
+
+
+def _cycle_rows(
+    batches: dict[int, dict[str, Any]], commits: list[tuple[float, float]]
+) -> list[tuple[dict[str, Any], dict[str, float]]]:
+    """Each measured batch with its cycle split in milliseconds (see `_cycle_split`)."""
     seen = _measured(batches)
-    rows: list[dict[str, float]] = []
+    rows: list[tuple[dict[str, Any], dict[str, float]]] = []
     for this, following in zip(seen, [*seen[1:], {}], strict=True):
         spent = this.get("durationMs", {})
         row = {f"spark.{k}": float(spent.get(k, 0)) for k in ("latestOffset", "queryPlanning", "walCommit")}
@@ -330,11 +360,8 @@ def _cycle_split(batches: dict[int, dict[str, Any]], commits: list[tuple[float, 
         if following.get("timestamp") and this.get("timestamp"):
             gap = _epoch(following["timestamp"]) - _epoch(this["timestamp"]) - spent.get("triggerExecution", 0) / 1000
             row["wait for trigger"] = 1000 * max(0.0, gap)
-        rows.append(row)
-    if not rows:
-        return None
-    keys = sorted({k for r in rows for k in r})
-    return {k: round(statistics.median(r.get(k, 0.0) for r in rows), 1) for k in keys}
+        rows.append((this, row))
+    return rows
 
 
 def _epoch(stamp: str) -> float:

@@ -96,6 +96,7 @@ def test_a_bench_runs_and_reports(
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())
     if file == "jobs_drift.json":
         assert report["local"]["drift"]["batch_duration_by_minute_ms"], "no batch durations by minute"
+        assert report["local"]["drift"]["slowest_batches"][0]["split_ms"], "no cycle split of the slowest batch"
     elif name == "jobs_bench":
         assert {"medians", "runs", "throughput"} <= set(report["local"])
         assert {"event_log", "floor"} <= set(report["local"]["medians"]), report["local"]["medians"]
