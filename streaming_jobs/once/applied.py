@@ -196,8 +196,13 @@ def commit_with(table: LakePath, after: int, metadata: str) -> list[dict[str, An
     return []
 
 
-def read(table: LakePath) -> Applied:
-    """The intervals the table holds now (none for a table that does not exist yet)."""
+def read(table: LakePath, *, unknown_is_none: bool = False) -> Applied:
+    """The intervals the table holds now (none for a table that does not exist yet).
+
+    `unknown_is_none`: a table none of whose readable commits carries intervals holds none, rather than being
+    an error; for a table whose commits only lately carry them (`<table>_event_ids`, see
+    streaming_jobs.once.resent), where holding none costs a repeated id, never a lost or doubled row.
+    """
     log = table / "_delta_log"
     version = _newest_version(log)
     for _ in range(LOOK_BACK):
@@ -214,6 +219,8 @@ def read(table: LakePath) -> Applied:
             version = int(restored)
         else:
             version -= 1
+    if unknown_is_none:
+        return Applied()
     raise StreamingError(
         f"{table}: cannot tell which offsets the table holds: no commit among the newest {LOOK_BACK} readable "
         "ones carries cdcpipe's applied intervals. Rebuild it with `cdcpipe jobs replay JOB --swap`."

@@ -46,10 +46,12 @@ def _recorded(ctx: BatchContext) -> applied.Applied:
 
     Its commits carry them as the job's table's commits do, which is what skips a replayed batch's second
     append; Delta's txnAppId/txnVersion marker did it before, at the price of rebuilding the table's
-    transaction state on every append (seconds a batch once the table is large). The intervals of a topic
-    deleted and created again (another id) number other records: they hold nothing of the topic now.
+    transaction state (Spark jobs over its whole log) on every append. A table written before its commits
+    carried offsets holds none by this reading: a batch replayed across that upgrade appends its ids again,
+    at their own positions, which never count as copies. The intervals of a topic deleted and created again
+    (another id) number other records: they hold nothing of the topic now.
     """
-    recorded = applied.read(ctx.event_ids_table)
+    recorded = applied.read(ctx.event_ids_table, unknown_is_none=True)
     for topic, identity in recorded.topics.items():
         if ctx.topics.get(topic, identity) != identity:
             recorded = recorded.without_topic(topic)
