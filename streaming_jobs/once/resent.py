@@ -11,7 +11,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.once import applied
 from streaming_jobs.once.event_ids import Record, Split, split
-from streaming_jobs.sinks.context import RECORD_COLUMNS, USER_METADATA, BatchContext
+from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext, commit_metadata
 
 
 def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
@@ -30,13 +30,10 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
     chosen = choose(valid, ctx, before)
     recorded = _recorded(ctx)
     if not recorded.covers(ctx.ranges):  # else an attempt of this batch that crashed recorded them already
-        ctx.spark.conf.set(USER_METADATA, recorded.plus(ctx.ranges).with_topics(ctx.topics).metadata())
-        try:
+        with commit_metadata(ctx.spark, recorded.plus(ctx.ranges).with_topics(ctx.topics).metadata()):
             without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop).write.format("delta").mode("append").save(
                 str(table)
             )
-        finally:
-            ctx.spark.conf.unset(USER_METADATA)
     remember(ctx, before, chosen)
     return without(events, ctx, chosen.drop)
 

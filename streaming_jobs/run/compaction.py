@@ -24,7 +24,7 @@ from streaming_jobs.jobs.locations import Location
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from streaming_jobs.sinks.context import USER_METADATA
+from streaming_jobs.sinks.context import commit_metadata
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +42,12 @@ def compact(spark: Any, table: LakePath, *, lease_of: LakePath, carry_offsets: b
 
     if not DeltaTable.isDeltaTable(spark, str(table)):
         return
-    with table_lock(lease_of, holder="optimize", compaction=beside):
-        if carry_offsets:
-            spark.conf.set(USER_METADATA, applied.read(table).metadata())
-        try:
-            DeltaTable.forPath(spark, str(table)).optimize().executeCompaction()
-        finally:
-            if carry_offsets:
-                spark.conf.unset(USER_METADATA)
+    with (
+        table_lock(lease_of, holder="optimize", compaction=beside),
+        # Read under the lease (entered first): no write may come between the read and the compaction.
+        commit_metadata(spark, applied.read(table).metadata() if carry_offsets else None),
+    ):
+        DeltaTable.forPath(spark, str(table)).optimize().executeCompaction()
 
 
 def optimize(spark: Any, where: Location) -> None:

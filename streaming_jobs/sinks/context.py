@@ -50,6 +50,18 @@ def applied_at() -> Column:
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 
+@contextmanager
+def commit_metadata(spark: SparkSession, metadata: str | None) -> Iterator[None]:
+    """Delta commits made in this block carry `metadata` as their userMetadata (none: unchanged)."""
+    if metadata:
+        spark.conf.set(USER_METADATA, metadata)
+    try:
+        yield
+    finally:
+        if metadata:
+            spark.conf.unset(USER_METADATA)
+
+
 def app_id(checkpoint: LakePath) -> str:
     """The job's idempotence id, made with its checkpoint.
 
@@ -118,14 +130,11 @@ class BatchContext:
         under the writer lease; so no Delta txnAppId/txnVersion marker is needed here, and none is written:
         Delta rebuilds a table's transaction state (a Spark job) on every write that carries one.
         """
-        conf = self.spark.conf
-        if self.applied_metadata:
-            conf.set(USER_METADATA, self.applied_metadata)
-        try:
-            with self.phases.table_write() if self.phases else nullcontext():
-                yield
-        finally:
-            conf.unset(USER_METADATA)
+        with (
+            commit_metadata(self.spark, self.applied_metadata),
+            self.phases.table_write() if self.phases else nullcontext(),
+        ):
+            yield
 
     def step(self, name: str) -> AbstractContextManager[None]:
         """Time a step of the batch under `name` (streaming_jobs.phases)."""
