@@ -180,11 +180,15 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
     """Record the job's topics as they are now in its table, after one was recreated or gained partitions.
 
     A recreated topic's old offsets are forgotten by the table (they numbered other records) and the job
-    rewinds to the new topic's earliest offsets; a repartitioned topic's new count is recorded, and the
-    job goes on where it was.
+    rewinds to the new topic's earliest offsets; a latest-state table's rows from the old topic take the
+    position -1 (the new topic's events come after them). A repartitioned topic's new count is recorded, and
+    the job goes on where it was.
     """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F  # noqa: N812
+
     from streaming_jobs.lake.lease import table_lock
-    from streaming_jobs.sinks.context import USER_METADATA
+    from streaming_jobs.sinks.context import commit_metadata
 
     with control.paused(settings, spec.name):
         where = locations.current(spec, settings.lake_root())
@@ -199,8 +203,17 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
             accepted = accepted.without_topic(topic)
         spark = build_spark_session(settings, app_name=f"cdcpipe-accept-topics-{spec.name}")
         try:
-            with table_lock(where.table, holder="accept-topics"):
-                spark.conf.set(USER_METADATA, accepted.with_topics(now).metadata())
+            with (
+                table_lock(where.table, holder="accept-topics"),
+                commit_metadata(spark, accepted.with_topics(now).metadata()),
+            ):
+                if recreated and spec.kind == "latest_state":
+                    # Its rows give way only to a later Kafka position, and the new topic numbers its records
+                    # from 0 again: the old topic's rows get the position before every offset (-1), so the new
+                    # topic's events replace them as the events that came after them.
+                    DeltaTable.forPath(spark, str(where.table)).update(
+                        F.col("topic").isin(*recreated), {"kafka_offset": F.lit(-1).cast("long")}
+                    )
                 # An empty append is recorded only with an action: a marker of its own (Delta skips the rest).
                 empty = spark.read.format("delta").load(str(where.table)).limit(0)
                 (

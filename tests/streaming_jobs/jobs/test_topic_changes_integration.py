@@ -5,6 +5,7 @@ Each is refused with what happened and the ways on; `cdcpipe jobs accept-topics`
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: 
 
 from tests.conftest import Stack, cdcpipe
 from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import Job, make_job, opened
+from tests.streaming_jobs.helpers import Job, deposit, make_job, opened, send
 
 pytestmark = pytest.mark.integration
 
@@ -77,6 +78,27 @@ def test_a_recreated_topic_is_refused_and_once_accepted_is_read_from_its_start(
     assert "recreated: read again from its earliest offsets" in accept(job)
     job.run()
     assert keys(job) == ["new-0", "new-1", "new-2", "new-3", "new-4", "old-0", "old-1", "old-2"]
+
+
+def test_a_latest_state_job_records_the_ids_of_a_recreated_topic_and_drops_their_resends(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """The event ids' own applied offsets are of the old topic: they must not pass for the new one's."""
+    job = make_job(stack, tmp_path, "latest_state", [topic])
+    send(stack, topic, [("acc", "MoneyDeposited", deposit("acc", n), None) for n in (1, 2, 3)])
+    job.run()
+    recreate(stack, topic)
+    # As many records as the old topic had: the same offsets [0, 3) its ids' commits recorded.
+    ids = send(stack, topic, [("acc", "MoneyDeposited", deposit("acc", n), None) for n in (10, 20, 30)])
+    assert job.run(check=False).returncode == 2
+    accept(job)
+    job.run()
+    send(stack, topic, [("acc", "MoneyDeposited", deposit("acc", 20), {"id": ids[1]})])  # a resend, offset 3
+    job.run()
+    (state,) = job.table()
+    assert (state["event_id"], json.loads(str(state["payload"]))["amount"]) == (ids[2], 30)
+    recorded = sorted(str(r["event_id"]) for r in job.table("_event_ids") if r["event_id"] in ids)
+    assert recorded == sorted(ids), "the new topic's ids are recorded once each"
 
 
 def test_partitions_added_to_a_topic_are_refused_until_accepted(stack: Stack, topic: str, tmp_path: Path) -> None:
