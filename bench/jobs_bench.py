@@ -66,10 +66,12 @@ PARTITIONS = 4
 WARMUP_S = 10.0
 
 
-def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str) -> None:
+def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str, settings: tuple[str, ...] = ()) -> None:
+    """A job definition; `settings`: more of its keys as TOML lines (`optimize_every = 0`), a lever to measure."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.toml").write_text(
         f'name = "{name}"\nkind = "{kind}"\ntopics = ["{topic}"]\ntable = "{name}"\ntrigger = "{trigger}"\n'
+        + "".join(f"{line}\n" for line in settings)
     )
 
 
@@ -89,7 +91,15 @@ SETTLE_S = 20.0  # the driver's start-up and its first (empty) batches, before t
 
 
 def latency(
-    env: dict[str, str], lake: LakePath, tag: str, rate: int, seconds: float, kind: str, settle_s: float = SETTLE_S
+    env: dict[str, str],
+    lake: LakePath,
+    tag: str,
+    rate: int,
+    seconds: float,
+    kind: str,
+    settle_s: float = SETTLE_S,
+    warmup_s: float = WARMUP_S,
+    settings: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
     floor = kind == "floor"
@@ -101,7 +111,7 @@ def latency(
     create_topic(env, topic)
     jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"latency_{tag}"
-    job_file(jobs, name, "event_log" if floor else kind, topic, "1s")
+    job_file(jobs, name, "event_log" if floor else kind, topic, "1s", settings)
     job_env = {**env, "CDCPIPE_LAKE": str(lake), "CDCPIPE_JOBS_DIRS": str(jobs)}
     relay_env = {
         **env,
@@ -137,7 +147,7 @@ def latency(
         table = lake / name
         # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
         # user waits for on any given event. Warm it with the same load first; measure only what follows.
-        warmup = _generate(dsn, names, rate, WARMUP_S)
+        warmup = _generate(dsn, names, rate, warmup_s)
         _wait_applied(env, topic, checkpoint, table, kind, warmup["events"])
         start_ns = time.time_ns() + 1_000_000_000
         watching = threading.Event()
@@ -583,6 +593,16 @@ def main() -> None:
     parser.add_argument(
         "--settle-s", type=float, default=SETTLE_S, help="seconds a driver gets to start before the warm-up"
     )
+    parser.add_argument(
+        "--warmup-s", type=float, default=WARMUP_S, help="seconds of the same load before each measured window"
+    )
+    parser.add_argument(
+        "--job-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a key of the jobs' definition, as TOML (optimize_every=0): a lever to measure; repeatable",
+    )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     RESULTS.mkdir(exist_ok=True)
@@ -594,7 +614,10 @@ def main() -> None:
         parser.error(f"--lakes: {', '.join(unknown)} unknown; pick from {', '.join(LAKES)}")
     if sorted(set(kinds) - set(KINDS)):
         parser.error(f"--kinds: {', '.join(sorted(set(kinds) - set(KINDS)))} unknown; pick from {', '.join(KINDS)}")
-    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count()}
+    if any("=" not in setting for setting in args.job_setting):
+        parser.error('--job-setting: give KEY=VALUE, the value as TOML (optimize_every=0, trigger="500ms")')
+    settings = tuple(" = ".join(part.strip() for part in s.split("=", 1)) for s in args.job_setting)
+    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count(), "job_settings": list(settings)}
     topics: list[str] = []
     try:
         for index, name in enumerate(chosen):
@@ -603,7 +626,14 @@ def main() -> None:
                 if args.drift_minutes:
                     topics.append(f"jobs.{tag}{index}d.bench")
                     run = latency(
-                        env, lake, f"{tag}{index}d", args.rate, 60 * args.drift_minutes, "event_log", args.settle_s
+                        env,
+                        lake,
+                        f"{tag}{index}d",
+                        args.rate,
+                        60 * args.drift_minutes,
+                        "event_log",
+                        args.settle_s,
+                        args.warmup_s,
                     )
                     by_minute = run["batch_duration_by_minute_ms"]
                     result[name] = {
@@ -619,7 +649,9 @@ def main() -> None:
                     for kind in kinds:
                         run_tag = f"{tag}{index}{kind[0]}{r}"
                         topics.append(f"jobs.{run_tag}.bench")
-                        measured[kind] = latency(env, lake, run_tag, args.rate, args.seconds, kind, args.settle_s)
+                        measured[kind] = latency(
+                            env, lake, run_tag, args.rate, args.seconds, kind, args.settle_s, args.warmup_s, settings
+                        )
                     runs.append(measured)
                 result[name] = {"lake": str(lake), "medians": medians(runs), "runs": runs}
                 if args.events:

@@ -196,15 +196,18 @@ def commit_with(table: LakePath, after: int, metadata: str) -> list[dict[str, An
     return []
 
 
-def read(table: LakePath, *, unknown_is_none: bool = False) -> Applied:
+def read(table: LakePath, *, unknown_is_none: bool = False, version: int | None = None) -> Applied:
     """The intervals the table holds now (none for a table that does not exist yet).
+
+    `version`: the table's newest version, when the caller has just found it (`newest_version`): on an object
+    store each look for it is requests.
 
     `unknown_is_none`: a table none of whose readable commits carries intervals holds none, rather than being
     an error; for a table whose commits only lately carry them (`<table>_event_ids`, see
     streaming_jobs.once.resent), where holding none costs a repeated id, never a lost or doubled row.
     """
     log = table / "_delta_log"
-    version = _newest_version(log)
+    version = _newest_version(log) if version is None else version
     for _ in range(LOOK_BACK):
         if version < 0:
             return Applied()

@@ -28,7 +28,7 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
     valid = events.where(F.col("error").isNull())
     before = applied.newest_version(table)
     chosen = choose(valid, ctx, before)
-    recorded = _recorded(ctx)
+    recorded = _recorded(ctx, before)
     if not recorded.covers(ctx.ranges):  # else an attempt of this batch that crashed recorded them already
         with commit_metadata(ctx.spark, recorded.plus(ctx.ranges).with_topics(ctx.topics).metadata()):
             without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop).write.format("delta").mode("append").save(
@@ -38,7 +38,7 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
     return without(events, ctx, chosen.drop)
 
 
-def _recorded(ctx: BatchContext) -> applied.Applied:
+def _recorded(ctx: BatchContext, version: int) -> applied.Applied:
     """The offsets whose ids `<table>_event_ids` holds (streaming_jobs.once.applied), of the topics as they are.
 
     Its commits carry them as the job's table's commits do, which is what skips a replayed batch's second
@@ -48,7 +48,7 @@ def _recorded(ctx: BatchContext) -> applied.Applied:
     at their own positions, which never count as copies. The intervals of a topic deleted and created again
     (another id) number other records: they hold nothing of the topic now.
     """
-    recorded = applied.read(ctx.event_ids_table, unknown_is_none=True)
+    recorded = applied.read(ctx.event_ids_table, unknown_is_none=True, version=version)
     for topic, identity in recorded.topics.items():
         if ctx.topics.get(topic, identity) != identity:
             recorded = recorded.without_topic(topic)

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from streaming_jobs.lake.paths import LakePath
 from tests.conftest import Stack
 from tests.streaming_jobs.helpers import Event, deposit, make_job, opened, send
 
 pytestmark = pytest.mark.integration
 
 
-def assert_each_batch_is_one_commit(table: Path) -> None:
+def assert_each_batch_is_one_commit(table: LakePath) -> None:
     """Each commit that adds rows carries the offsets the table then holds, and no Delta txn marker.
 
     One atomic commit per batch: rows written without their offsets, and the offsets recorded by a second
@@ -23,7 +24,11 @@ def assert_each_batch_is_one_commit(table: Path) -> None:
     transaction state on every write.
     """
     data_commits = 0
-    for commit in sorted((table / "_delta_log").glob("*.json")):
+    log = table / "_delta_log"
+    for name in log.names():
+        if not name.endswith(".json") or not name.removesuffix(".json").isdigit():
+            continue
+        commit = log / name
         actions = [json.loads(line) for line in commit.read_text().splitlines()]
         if not any("add" in a for a in actions):
             continue
@@ -114,7 +119,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert sorted(str(r["event_id"]) for r in job.table()) == sorted([*ids[:2], "e-twice"])
     twice = next(r for r in job.table() if r["event_id"] == "e-twice")
     assert dict(twice["headers"])["trace"] == "b"  # type: ignore[call-overload]
-    assert_each_batch_is_one_commit(Path(job.lake) / "out")
+    assert_each_batch_is_one_commit(LakePath.of(job.lake) / "out")
 
 
 def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
@@ -143,7 +148,7 @@ def test_latest_state_keeps_the_newest_event_per_aggregate_and_deletes_on_close(
     state = {str(r["aggregate_id"]): r for r in job.table()}
     assert sorted(state) == ["a-1"]
     assert json.loads(str(state["a-1"]["payload"]))["amount"] == 99
-    assert_each_batch_is_one_commit(Path(job.lake) / "out")
+    assert_each_batch_is_one_commit(LakePath.of(job.lake) / "out")
 
 
 def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
@@ -153,7 +158,8 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
 
     The first crash window: Delta committed the batch, the checkpoint did not, so Spark replays the batch. The
     balances, which a MERGE increments, must not move. The second: the batch's event ids were recorded, the
-    driver died before the table's commit; the replay applies the batch, and records its ids once.
+    driver died before the table's commit; the replay applies the batch, and records its ids once. On the
+    object-store lake, the production setting (Delta's S3 log store, Spark's checkpoint on S3).
     """
     send(
         stack,
@@ -173,33 +179,40 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
             ),
         ],
     )
-    job = make_job(stack, tmp_path, "projection", [topic], projection="streaming_jobs.projections.balances:apply")
+    job = make_job(
+        stack,
+        tmp_path,
+        "projection",
+        [topic],
+        lake=stack.s3_lake(),
+        projection="streaming_jobs.projections.balances:apply",
+    )
     job.run()
     expected = {"a-1": 60, "a-2": 70}
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
 
-    last = _drop_newest(Path(job.checkpoint().url) / "commits", "")  # the driver died after the Delta commit
+    last = _drop_newest(job.checkpoint() / "commits", "")  # the driver died after the Delta commit
     job.run()
-    assert (Path(job.checkpoint().url) / "commits" / last.name).exists(), "the batch was not replayed"
+    assert (job.checkpoint() / "commits" / last.name).exists(), "the batch was not replayed"
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
-    assert_each_batch_is_one_commit(Path(job.lake) / "out")
+    assert_each_batch_is_one_commit(LakePath.of(job.lake) / "out")
 
     # The driver died between the event ids' commit and the table's.
-    _drop_newest(Path(job.lake) / "out" / "_delta_log", ".json")
-    _drop_newest(Path(job.checkpoint().url) / "commits", "")
+    _drop_newest(LakePath.of(job.lake) / "out" / "_delta_log", ".json")
+    _drop_newest(job.checkpoint() / "commits", "")
     job.run()
     assert {r["account_id"]: r["balance"] for r in job.table()} == expected
     positions = [(r["kafka_partition"], r["kafka_offset"]) for r in job.table("_event_ids")]
     assert sorted(positions) == [(0, offset) for offset in range(5)], "the batch's ids were recorded twice"
-    assert_each_batch_is_one_commit(Path(job.lake) / "out")
-    assert_each_batch_is_one_commit(Path(job.lake) / "out_event_ids")
+    assert_each_batch_is_one_commit(LakePath.of(job.lake) / "out")
+    assert_each_batch_is_one_commit(LakePath.of(job.lake) / "out_event_ids")
 
 
-def _drop_newest(folder: Path, suffix: str) -> Path:
+def _drop_newest(folder: LakePath, suffix: str) -> LakePath:
     """Delete the newest numbered file (a checkpoint's or a Delta log's commit) and its checksum, as a crash would."""
-    numbered = [p for p in folder.iterdir() if p.name.removesuffix(suffix).isdigit() and p.name.endswith(suffix)]
-    last = max(numbered, key=lambda p: int(p.name.removesuffix(suffix)))
-    last.unlink()
-    (folder / f".{last.name}.crc").unlink(missing_ok=True)  # Spark's checksum of a checkpoint file
-    (folder / f"{last.name.removesuffix(suffix)}.crc").unlink(missing_ok=True)  # Delta's of a table version
+    numbered = [n for n in folder.names() if n.removesuffix(suffix).isdigit() and n.endswith(suffix)]
+    last = folder / max(numbered, key=lambda n: int(n.removesuffix(suffix)))
+    last.delete()
+    (folder / f".{last.name}.crc").delete()  # Spark's checksum of a checkpoint file
+    (folder / f"{last.name.removesuffix(suffix)}.crc").delete()  # Delta's of a table version
     return last
