@@ -1,14 +1,16 @@
 """Streaming job benchmark: commit in Postgres -> row in the Delta read model, and what a job sustains.
 
-    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--events 200000] [--no-floor] [--lakes local,s3]
+    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--runs 3] [--kinds event_log,latest_state,floor]
+                               [--warmup-s 180] [--events 200000] [--lakes local,s3] [--job-setting KEY=VALUE]
+    python bench/jobs_bench.py --lakes local --drift-minutes 10
 
 Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
 
 - Latency: the relay publishes an outbox that a generator fills at a fixed rate (open loop, 1 KB events); an
   event-log job (trigger 1s) applies them. Latency = when the Delta commit that adds the row was written
-  minus the event's scheduled commit time. The job is first warmed with 10 s of the same load, not measured.
-  p50, p99, max.
-- Floor (unless --no-floor): the same, with the job replaced by a bare Kafka -> Delta append
+  minus the event's scheduled commit time. Each job's driver first gets --warmup-s of the same load, not
+  measured. p50, p99, max, and where a batch's time went (`cycle_ms_median`, `slowest_batches`).
+- Floor (kind `floor`): the same, with the job replaced by a bare Kafka -> Delta append
   (`bench/floor_job.py`): what Spark micro-batches and a Delta commit cost here, whatever the job does.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
@@ -63,7 +65,10 @@ from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
 RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
 PARTITIONS = 4
-WARMUP_S = 10.0
+# A driver's first minutes are slower than its days after (the 10-minute run's batch durations fall by minute
+# for about three: the JVM compiles its hot code, caches fill): the latency figures are of a job that has run a
+# while. Each run starts its own driver, so each gets this much of the same load before it is measured.
+WARMUP_S = 180.0
 
 
 def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str, settings: tuple[str, ...] = ()) -> None:
@@ -597,6 +602,9 @@ def main() -> None:
         "--warmup-s", type=float, default=WARMUP_S, help="seconds of the same load before each measured window"
     )
     parser.add_argument(
+        "--keep-lake", action="store_true", help="leave the runs' tables and checkpoints (to read their Delta logs)"
+    )
+    parser.add_argument(
         "--job-setting",
         action="append",
         default=[],
@@ -658,7 +666,8 @@ def main() -> None:
                     topics.append(f"jobs.{tag}{index}.throughput")
                     result[name]["throughput"] = throughput(env, lake, f"{tag}{index}", args.events)
             finally:
-                lake.delete_tree()
+                if not args.keep_lake:
+                    lake.delete_tree()
         if "local" in result and "s3" in result and not args.drift_minutes:
             result["s3_vs_local"] = ratios(result["local"], result["s3"])
         result["note"] = (

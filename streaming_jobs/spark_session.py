@@ -14,6 +14,9 @@ from streaming_jobs.config import SparkSettings
 from streaming_jobs.errors import SparkJarsMissingError
 
 FAIR_POOLS = Path(__file__).parent / "run" / "fair_pools.xml"
+# Every this many commits Delta writes a checkpoint of the table in the committing writer's post-commit
+# (streaming_jobs.run.compaction keeps its compactions off those batches).
+CHECKPOINT_INTERVAL = 100
 
 # Jars the session cannot work without; a prefix match, versions come from infra/versions.toml.
 REQUIRED_JARS = (
@@ -87,7 +90,7 @@ def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
             # A job commits once per micro-batch; Delta's default checkpoint every 10 commits rewrites the whole
             # file list in the batch that triggers it: a tenth of the batches paid seconds for it. Every 100
             # commits, a reader rebuilding a snapshot replays at most 99 small commit files.
-            "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
+            "spark.databricks.delta.properties.defaults.checkpointInterval": str(CHECKPOINT_INTERVAL),
             # Rebuilding a Delta snapshot uses 50 tasks by default: on 2 cores, 50 tiny tasks per read is overhead.
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.ui.showConsoleProgress": "false",

@@ -3,7 +3,12 @@
 Each micro-batch adds a few small files to each table it writes; every `optimize_every` batches the job
 compacts them. Done in line, the batch that compacts is late by the whole compaction, and every event in it
 with it. So a streaming job compacts in a thread of its own, in Spark's `compaction` scheduler pool (the
-fair scheduler gives the batches their share of the cores meanwhile), and the batches go on:
+fair scheduler gives the batches their share of the cores meanwhile), and the batches go on.
+
+A compaction never starts just before one of the job table's Delta checkpoints (every CHECKPOINT_INTERVAL
+commits, written by the batch whose commit it is, after its commit: the table's whole state rebuilt). Both at
+once on the same cores made that batch several times as late as either alone; a due compaction waits until
+the checkpoint's batch is done.
 
 - An append-only table (the event log, and every job's dead letters and event ids) is compacted beside the
   batches: Delta commits a compaction and a blind append one after the other without conflict, and the
@@ -25,10 +30,14 @@ from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.sinks.context import commit_metadata
+from streaming_jobs.spark_session import CHECKPOINT_INTERVAL
 
 log = logging.getLogger(__name__)
 
 POOL = "compaction"  # the fair scheduler's pool the background compactions run in
+# A compaction beside the batches takes seconds, some batches: it does not start when a checkpoint falls within
+# the job table's next this many commits.
+CHECKPOINT_MARGIN = CHECKPOINT_INTERVAL // 5
 
 
 def compact(spark: Any, table: LakePath, *, lease_of: LakePath, carry_offsets: bool, beside: bool = False) -> None:
@@ -48,6 +57,11 @@ def compact(spark: Any, table: LakePath, *, lease_of: LakePath, carry_offsets: b
         commit_metadata(spark, applied.read(table).metadata() if carry_offsets else None),
     ):
         DeltaTable.forPath(spark, str(table)).optimize().executeCompaction()
+
+
+def checkpoint_near(version: int) -> bool:
+    """Whether one of the next CHECKPOINT_MARGIN commits after `version` is a Delta checkpoint's."""
+    return version >= 0 and CHECKPOINT_INTERVAL - version % CHECKPOINT_INTERVAL <= CHECKPOINT_MARGIN
 
 
 def optimize(spark: Any, where: Location) -> None:
@@ -72,11 +86,17 @@ class Compactor:
         self.beside = [*appended, where.dead_letters, *([] if kind == "event_log" else [where.event_ids])]
         self.in_line = [] if kind == "event_log" else [where.table]
         self._thread: threading.Thread | None = None
+        self._due: int | None = None  # the batch from which the next compaction is due
 
     def after_batch(self, batch_id: int) -> None:
-        """Called after each batch: compact if this one is due (in line the MERGE tables, beside the rest)."""
-        if not (self.every and batch_id and batch_id % self.every == 0):
+        """Called after each batch: compact if one is due (in line the MERGE tables, beside the rest)."""
+        if not self.every:
             return
+        if self._due is None:
+            self._due = batch_id + self.every  # `every` batches after the job (re)started
+        if batch_id < self._due or checkpoint_near(applied.newest_version(self.where.table)):
+            return
+        self._due = batch_id + self.every
         for table in self.in_line:
             compact(self.spark, table, lease_of=self.where.table, carry_offsets=True)
         if self._thread is not None and self._thread.is_alive():

@@ -29,7 +29,7 @@ ON_A_RUNNING_STACK = [
         # latest_state runs the same harness with another job kind; the smoke run leaves it out for time.
         [
             *("--rate", "200", "--seconds", "3", "--runs", "1", "--events", "2000", "--lakes", "local"),
-            *("--settle-s", "3", "--kinds", "event_log,floor"),
+            *("--settle-s", "3", "--warmup-s", "2", "--kinds", "event_log,floor"),
         ],
         "jobs.json",
         ["local"],
@@ -56,7 +56,10 @@ ON_A_RUNNING_STACK = [
     ),
     (
         "jobs_bench",
-        ["--rate", "200", "--drift-minutes", "0.1", "--lakes", "local", "--settle-s", "3"],
+        [
+            *("--rate", "200", "--drift-minutes", "0.1", "--lakes", "local", "--settle-s", "3", "--warmup-s", "2"),
+            *("--job-setting", "optimize_every=50"),
+        ],
         "jobs_drift.json",
         ["local"],
     ),
@@ -95,6 +98,7 @@ def test_a_bench_runs_and_reports(
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())
     if file == "jobs_drift.json":
+        assert report["job_settings"] == ["optimize_every = 50"]
         assert report["local"]["drift"]["batch_duration_by_minute_ms"], "no batch durations by minute"
         assert report["local"]["drift"]["slowest_batches"][0]["split_ms"], "no cycle split of the slowest batch"
     elif name == "jobs_bench":
