@@ -187,6 +187,7 @@ def latency(
     commits = _commit_times(table)
     return {
         "kind": kind,
+        "job_settings": list(settings),  # as the job's definition had them
         "rate_per_s": rate,
         "seconds": seconds,
         "generated": generated,
@@ -625,7 +626,7 @@ def main() -> None:
     if any("=" not in setting for setting in args.job_setting):
         parser.error('--job-setting: give KEY=VALUE, the value as TOML (optimize_every=0, trigger="500ms")')
     settings = tuple(" = ".join(part.strip() for part in s.split("=", 1)) for s in args.job_setting)
-    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count(), "job_settings": list(settings)}
+    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count()}
     topics: list[str] = []
     try:
         for index, name in enumerate(chosen):
@@ -642,6 +643,7 @@ def main() -> None:
                         "event_log",
                         args.settle_s,
                         args.warmup_s,
+                        settings,
                     )
                     by_minute = run["batch_duration_by_minute_ms"]
                     result[name] = {

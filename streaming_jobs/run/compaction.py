@@ -7,8 +7,8 @@ fair scheduler gives the batches their share of the cores meanwhile), and the ba
 
 A compaction never starts just before one of the job table's Delta checkpoints (every CHECKPOINT_INTERVAL
 commits, written by the batch whose commit it is, after its commit: the table's whole state rebuilt). Both at
-once on the same cores made that batch several times as late as either alone; a due compaction waits until
-the checkpoint's batch is done.
+once on the same cores made that batch the longest of a run; a due compaction waits until the checkpoint's
+batch is done.
 
 - An append-only table (the event log, and every job's dead letters and event ids) is compacted beside the
   batches: Delta commits a compaction and a blind append one after the other without conflict, and the

@@ -98,7 +98,7 @@ def test_a_bench_runs_and_reports(
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())
     if file == "jobs_drift.json":
-        assert report["job_settings"] == ["optimize_every = 50"]
+        assert report["local"]["drift"]["job_settings"] == ["optimize_every = 50"]
         assert report["local"]["drift"]["batch_duration_by_minute_ms"], "no batch durations by minute"
         assert report["local"]["drift"]["slowest_batches"][0]["split_ms"], "no cycle split of the slowest batch"
     elif name == "jobs_bench":
