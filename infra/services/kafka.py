@@ -23,6 +23,18 @@ PLAINTEXT_LISTENER = "BENCH_PLAINTEXT"
 SECURED_MARK = "cdcpipe-secured"
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka writes one: URL-safe base64 of 16 bytes, never starting with "-".
+
+    The storage tool would read a leading "-" as an option of its own (`-t -Q...`: "expected one argument");
+    Kafka's `Uuid.randomUuid` draws again in that case, and so does this.
+    """
+    while True:
+        drawn = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not drawn.startswith("-"):
+            return drawn
+
+
 class Kafka(Service):
     """One broker that is its own KRaft controller."""
 
@@ -124,7 +136,7 @@ class Kafka(Service):
                     "admin user; remove the stack's data (`cdcpipe stack down --purge`) and start it again"
                 )
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         # The admin's SCRAM credential is written with the metadata log's first records (the broker itself
         # authenticates with it). Its password goes in an argument file, 0600, never on a command line.
         arguments = self.settings.state / "conf" / "kafka-format.args"
