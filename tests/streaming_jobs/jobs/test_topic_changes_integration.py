@@ -6,6 +6,8 @@ Each is refused with what happened and the ways on; `cdcpipe jobs accept-topics`
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -50,11 +52,38 @@ def recreate(stack: Stack, topic: str) -> None:
             time.sleep(0.5)
 
 
+def accept_env(job: Job) -> dict[str, str]:
+    return {**job.stack.process_env(), "CDCPIPE_JOBS_DIRS": str(job.folder), "CDCPIPE_LAKE": job.lake}
+
+
 def accept(job: Job) -> str:
-    env = {**job.stack.process_env(), "CDCPIPE_JOBS_DIRS": str(job.folder), "CDCPIPE_LAKE": str(job.lake)}
-    result = cdcpipe("jobs", "accept-topics", job.name, env=env)
+    result = cdcpipe("jobs", "accept-topics", job.name, env=accept_env(job))
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+# `cdcpipe jobs accept-topics` that dies (as if SIGKILLed) between its two lasting steps, whichever comes
+# first: the table's commit (taken under the writer lease) and the rewind of the job's checkpoint.
+DIES_HALFWAY = """
+import os, sys
+from cdcpipe.cli import main
+from streaming_jobs.lake import lease
+from streaming_jobs.ranges import commands
+
+steps = []
+
+def halfway(real):
+    def step(*args, **kwargs):
+        steps.append(real)
+        if len(steps) == 2:
+            os._exit(137)
+        return real(*args, **kwargs)
+    return step
+
+lease.table_lock, commands.rewind = halfway(lease.table_lock), halfway(commands.rewind)
+sys.argv = ["cdcpipe", "jobs", "accept-topics", sys.argv[1]]
+main()
+"""
 
 
 def keys(job: Job) -> list[str]:
@@ -80,11 +109,26 @@ def test_a_recreated_topic_is_refused_and_once_accepted_is_read_from_its_start(
     assert keys(job) == ["new-0", "new-1", "new-2", "new-3", "new-4", "old-0", "old-1", "old-2"]
 
 
+def test_accept_topics_that_died_halfway_finishes_when_run_again(stack: Stack, topic: str, tmp_path: Path) -> None:
+    job = make_job(stack, tmp_path, "event_log", [topic], lake=stack.s3_lake())
+    publish(stack, topic, ["old-0", "old-1", "old-2"])
+    job.run()
+    recreate(stack, topic)
+    publish(stack, topic, [f"new-{i}" for i in range(5)])
+    died = subprocess.run(
+        [sys.executable, "-c", DIES_HALFWAY, job.name], env=accept_env(job), capture_output=True, text=True, timeout=600
+    )
+    assert died.returncode == 137, died.stdout + died.stderr[-3000:]
+    assert "recreated: read again from its earliest offsets" in accept(job)
+    job.run()
+    assert keys(job) == ["new-0", "new-1", "new-2", "new-3", "new-4", "old-0", "old-1", "old-2"]
+
+
 def test_a_latest_state_job_records_the_ids_of_a_recreated_topic_and_drops_their_resends(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
     """The event ids' own applied offsets are of the old topic: they must not pass for the new one's."""
-    job = make_job(stack, tmp_path, "latest_state", [topic])
+    job = make_job(stack, tmp_path, "latest_state", [topic], lake=stack.s3_lake())
     send(stack, topic, [("acc", "MoneyDeposited", deposit("acc", n), None) for n in (1, 2, 3)])
     job.run()
     recreate(stack, topic)
