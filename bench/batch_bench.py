@@ -14,7 +14,9 @@ so the differences are the levers' own:
 - `job_no_cache`: the same without caching the classified batch: the write reads and classifies it again;
 - `job_cache_uncompressed`: the same with Spark's in-memory cache not compressing its column batches;
 - `job_two_jobs`: the same with the dead-letter count a Spark job of its own, as jobs did before;
-- `job_current_timestamp`: the same with `_applied_at = current_timestamp()`, a literal new every batch.
+- `job_current_timestamp`: the same with `_applied_at = current_timestamp()`, a literal new every batch;
+- `floor_one_task_per_core` / `job_one_task_per_core`: `floor` / `job` with the batch coalesced to one task
+  per core (the driver's `defaultParallelism`) before anything reads it.
 
 Writes bench/results/batch.json; prints it.
 """
@@ -50,6 +52,8 @@ VARIANTS = (
     "job_cache_uncompressed",
     "job_two_jobs",
     "job_current_timestamp",
+    "floor_one_task_per_core",
+    "job_one_task_per_core",
 )
 
 
@@ -92,6 +96,8 @@ def query(variant: str, topic: str, per_batch: int) -> None:
         times.setdefault(step, []).append(time.perf_counter() - started)
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
+        if variant.endswith("_one_task_per_core"):
+            records = records.coalesce(spark.sparkContext.defaultParallelism)
         if variant.startswith("floor"):
             write = records.select(F.col("value").cast("string").alias("payload"), "partition", "offset").write
             if variant == "floor_marker":

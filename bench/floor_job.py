@@ -1,6 +1,6 @@
 """The floor under the jobs bench: Kafka to Delta with nothing of cdcpipe's own in between.
 
-    python bench/floor_job.py TOPIC TABLE CHECKPOINT
+    python bench/floor_job.py TOPIC TABLE CHECKPOINT [--one-task-per-core]
 
 One Structured Streaming query, started as the bench starts a job (its own driver, the session every
 cdcpipe job uses, trigger 1 s): each micro-batch appends the records' value (as `payload`), partition and
@@ -8,7 +8,8 @@ offset to a Delta table, as a job's table write does: without Delta's txnAppId/t
 skips what its table holds by the offsets its commits record, streaming_jobs.once.applied). No contracts,
 no dead letters, no dedupe, no headers. The jobs bench measures it beside the event-log
 job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
-no job can go below here.
+no job can go below here. With `--one-task-per-core` it coalesces each batch to one task per core before
+the write, as the jobs do (streaming_jobs.once.batch): the floor under that lever too.
 
 It writes its progress as a job does (`streaming_jobs.once.checkpoints.write_progress`), with its write's time
 (streaming_jobs.phases), for the bench's batch summary and cycle split.
@@ -34,6 +35,7 @@ from streaming_jobs.spark_session import build_spark_session
 
 def main() -> None:
     topic, table, checkpoint = sys.argv[1], sys.argv[2], LakePath.of(sys.argv[3])
+    one_task_per_core = sys.argv[4:] == ["--one-task-per-core"]
     settings = SparkSettings.load()
     spark = build_spark_session(settings, app_name="cdcpipe-bench-floor")
     stop = threading.Event()
@@ -44,6 +46,8 @@ def main() -> None:
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         phases = Phases(batch_id)
+        if one_task_per_core:
+            records = records.coalesce(spark.sparkContext.defaultParallelism)
         with phases.table_write():
             (
                 records.select(col("value").cast("string").alias("payload"), "partition", "offset")

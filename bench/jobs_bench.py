@@ -1,6 +1,6 @@
 """Streaming job benchmark: commit in Postgres -> row in the Delta read model, and what a job sustains.
 
-    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--runs 3] [--kinds event_log,latest_state,floor]
+    python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--runs 3] [--s3-runs N] [--kinds event_log,...]
                                [--warmup-s 180] [--events 200000] [--lakes local,s3] [--job-setting KEY=VALUE]
     python bench/jobs_bench.py --lakes local --drift-minutes 10
 
@@ -12,6 +12,7 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   measured. p50, p99, max, and where a batch's time went (`cycle_ms_median`, `slowest_batches`).
 - Floor (kind `floor`): the same, with the job replaced by a bare Kafka -> Delta append
   (`bench/floor_job.py`): what Spark micro-batches and a Delta commit cost here, whatever the job does.
+  `floor_one_task_per_core` (not run unless asked): the same floor with the jobs' one task per core.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
 Each measurement runs on each lake asked for, one after the other in one run: the stack's local folder
@@ -89,7 +90,8 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
 
 
-KINDS = ("event_log", "latest_state", "floor")  # what a latency run measures: a job of a kind, or the floor job
+# What a latency run measures: a job of a kind, or the floor job (bare, or with the jobs' one task per core).
+KINDS = ("event_log", "latest_state", "floor", "floor_one_task_per_core")
 
 
 SETTLE_S = 20.0  # the driver's start-up and its first (empty) batches, before the warm-up
@@ -107,7 +109,7 @@ def latency(
     settings: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
-    floor = kind == "floor"
+    floor = kind.startswith("floor")
     dsn = env["CDCPIPE_PG_DSN"]
     names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")
     with psycopg.connect(dsn) as conn:
@@ -136,6 +138,7 @@ def latency(
             topic,
             str(lake / name),
             str(checkpoint),
+            *(["--one-task-per-core"] if kind == "floor_one_task_per_core" else []),
         ]
     else:
         command = [sys.executable, "-m", "streaming_jobs.run.runner", name, "--jobs-dir", str(jobs)]
@@ -547,14 +550,15 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
         figures = [r[kind]["latency_s"] for r in runs if (r.get(kind) or {}).get("latency_s")]
         if figures:
             out[kind] = {k: round(statistics.median(f[k] for f in figures), 3) for k in ("p50", "p99", "max")}
-    ratios = [
-        r["event_log"]["latency_s"]["p50"] / r["floor"]["latency_s"]["p50"]
-        for r in runs
-        if (r.get("event_log") or {}).get("latency_s") and (r.get("floor") or {}).get("latency_s")
-    ]
-    if ratios:
-        out["event_log_p50_over_floor_p50"] = round(statistics.median(ratios), 2)
-        out["event_log_p50_over_floor_p50_each_run"] = [round(x, 2) for x in ratios]
+    for floor in ("floor", "floor_one_task_per_core"):
+        ratios = [
+            r["event_log"]["latency_s"]["p50"] / r[floor]["latency_s"]["p50"]
+            for r in runs
+            if (r.get("event_log") or {}).get("latency_s") and (r.get(floor) or {}).get("latency_s")
+        ]
+        if ratios:
+            out[f"event_log_p50_over_{floor}_p50"] = round(statistics.median(ratios), 2)
+            out[f"event_log_p50_over_{floor}_p50_each_run"] = [round(x, 2) for x in ratios]
     return out
 
 
@@ -585,6 +589,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--runs", type=int, default=3, help="latency runs of each kind; figures are their medians")
+    parser.add_argument("--s3-runs", type=int, help="latency runs on the s3 lake (default: --runs)")
     parser.add_argument(
         "--kinds", default="event_log,latest_state,floor", help=f"comma-separated of {', '.join(KINDS)}"
     )
@@ -653,11 +658,11 @@ def main() -> None:
                     }
                     continue
                 runs: list[dict[str, Any]] = []
-                for r in range(args.runs):
+                for r in range(args.s3_runs if name == "s3" and args.s3_runs is not None else args.runs):
                     # The kinds take turns within each run, so the machine's noise falls on all of them alike.
                     measured: dict[str, Any] = {}
                     for kind in kinds:
-                        run_tag = f"{tag}{index}{kind[0]}{r}"
+                        run_tag = f"{tag}{index}{KINDS.index(kind)}{r}"  # the floors share a first letter
                         topics.append(f"jobs.{run_tag}.bench")
                         measured[kind] = latency(
                             env, lake, run_tag, args.rate, args.seconds, kind, args.settle_s, args.warmup_s, settings
