@@ -65,8 +65,12 @@ class TrackedProcess:
         env: dict[str, str],
         cwd: Path,
         user: str | None = None,
+        umask: int = -1,
     ) -> int:
-        """Start detached (own session, so it outlives the CLI and no terminal signal reaches it)."""
+        """Start detached (own session, so it outlives the CLI and no terminal signal reaches it).
+
+        `umask` (-1: the caller's) is the mode mask of every file the process makes.
+        """
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         with os.fdopen(open_private_log(self.log_file), "ab") as log:
@@ -83,6 +87,7 @@ class TrackedProcess:
                 user=user,
                 group=user,
                 extra_groups=[] if user else None,
+                umask=umask,
             )
         _CHILDREN[proc.pid] = proc
         start = _start_time(proc.pid)

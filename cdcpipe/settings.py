@@ -12,8 +12,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
@@ -89,19 +90,27 @@ class StageSettings(BaseSettings):
         except SettingsError as exc:
             raise ConfigError(f"invalid settings: {exc}; check the CDCPIPE_* variables and the settings file") from exc
         except ValidationError as exc:
-            problems = []
-            for err in exc.errors():
-                field = ".".join(str(p) for p in err["loc"])
-                declared = cls.model_fields.get(str(err["loc"][0])) if err["loc"] else None
-                # A secret's value is never echoed, even when it is the invalid part.
-                shown = (
-                    "'**********'" if declared and "SecretStr" in str(declared.annotation) else repr(err.get("input"))
-                )
-                problems.append(
-                    f"{field}={shown}: {err['msg']} "
-                    f"(set {ENV_PREFIX}{field.upper()} or [{cls.toml_section}] {field} in the settings file)"
-                )
-            raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
+            raise ConfigError("invalid settings: " + "; ".join(cls._problem(err) for err in exc.errors())) from exc
+
+    @classmethod
+    def _problem(cls, err: ErrorDetails) -> str:
+        """One validation error as a sentence: the setting, its value unless it may hold a secret, the fix.
+
+        A value is shown only when it is a plain value of a declared setting that is not a secret: an error of the
+        whole model carries every setting as its input, and an undeclared key may be a misspelt secret.
+        """
+        message = err["msg"].removeprefix("Value error, ")
+        path = [str(part) for part in err["loc"]]
+        if not path:
+            return f"{message} (in the CDCPIPE_* variables or [{cls.toml_section}] of the settings file)"
+        field = ".".join(path)
+        value = err.get("input")
+        plain = isinstance(value, (str, int, float, bool, Path)) and _declared_not_secret(cls, path)
+        shown = f"={value!r}" if plain else ""
+        return (
+            f"{field}{shown}: {message} "
+            f"(set {ENV_PREFIX}{path[-1].upper()} or [{cls.toml_section}] {path[-1]} in the settings file)"
+        )
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
@@ -114,6 +123,18 @@ class StageSettings(BaseSettings):
             default = _shown(value)
             rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))
         return rows
+
+
+def _declared_not_secret(model: type[BaseModel], path: list[str]) -> bool:
+    """Whether `path` names a declared setting, through nested models, none of them a secret along the way."""
+    for part in path:
+        field = model.model_fields.get(part)
+        if field is None or "SecretStr" in str(field.annotation):
+            return False
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return True
 
 
 def _shown(value: object) -> str:

@@ -1,8 +1,8 @@
 """Connector definitions: versioned files, checked against the plugin before anything is applied.
 
 A definition is a JSON or YAML file shaped like Connect's own create request: `{"name": ..., "config": {...}}`.
-It holds no secret: a password is a reference to one of the worker's config providers, `${env:VAR}` or
-`${file:/path:key}`, which the worker resolves; Connect stores and returns the reference, never the value.
+It holds no secret: a password is a reference to one of the worker's config providers (`${env:VAR}`; the
+stack's worker has only that one), which the worker resolves; Connect stores and returns the reference, never the value.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _definition(data: Any, path: Path) -> Definition:
         elif SECRET_KEY.search(key) and value and not PROVIDER_REFERENCE.match(value):
             problems[key] = [
                 "a secret in plain text: use a config provider reference such as ${env:VAR} "
-                "or ${file:/path/to/secrets.properties:key}"
+                "(the variable set on the Connect workers)"
             ]
     if problems:
         raise DefinitionError(str(path), problems)

@@ -1,10 +1,13 @@
-"""The user the stack's Java services run as when the stack is started as root.
+"""The system users the stack's Java services run as when the stack is started as root: one per service.
 
-Postgres refuses root and runs as `postgres`; Kafka and Connect would run as root unless told otherwise, and
-a broker or a connector plugin with a flaw would then own the machine. Started by root, they run as the
-system user `cdcpipe` (made on first use, no login, no home), owning only the files they write or must read
-privately; root, which starts and stops them, reads everything anyway. Started by anyone else, they run as
-that user, as any process they start would.
+Postgres refuses root and runs as `postgres`; Kafka, Connect, the object store and Spark would run as root
+unless told otherwise, and a broker or a connector plugin with a flaw would then own the machine. Started by
+root, each runs as a system user of its own (`cdcpipe-kafka`, `cdcpipe-connect`, `cdcpipe-s3`,
+`cdcpipe-spark`; made on first use, no login, no home), owning only the files it writes or must read
+privately. One user per service is what keeps code a job runs on the cluster (a projection, a UDF, a library
+it imports) from reading the broker's super-user password or Connect's: the executors run as the Spark user,
+which owns none of them. Root, which starts and stops them, reads everything anyway. Started by anyone else,
+they run as that user, as any process they start would.
 """
 
 from __future__ import annotations
@@ -17,15 +20,22 @@ from pathlib import Path
 
 from infra.errors import ServiceStartError
 
-SERVICE_USER = "cdcpipe"
+# Service -> its system user. The Spark master and workers share one: the workers' executors run as it.
+SERVICE_USERS = {
+    "kafka": "cdcpipe-kafka",
+    "connect": "cdcpipe-connect",
+    "s3": "cdcpipe-s3",
+    "spark": "cdcpipe-spark",
+}
 
 
-def service_user() -> str | None:
-    """`cdcpipe` when started as root (made if missing), else None: the services run as the caller."""
+def service_user(service: str) -> str | None:
+    """The service's own system user when started as root (made if missing), else None: it runs as the caller."""
     if os.geteuid() != 0:
         return None
+    user = SERVICE_USERS[service]
     try:
-        pwd.getpwnam(SERVICE_USER)
+        pwd.getpwnam(user)
     except KeyError:
         made = subprocess.run(  # noqa: S603
             [
@@ -37,7 +47,7 @@ def service_user() -> str | None:
                 "/nonexistent",
                 "--shell",
                 "/usr/sbin/nologin",
-                SERVICE_USER,
+                user,
             ],
             capture_output=True,
             text=True,
@@ -45,11 +55,11 @@ def service_user() -> str | None:
         )
         if made.returncode != 0 and "already exists" not in made.stderr:
             raise ServiceStartError(
-                f"creating the system user {SERVICE_USER!r} for the stack's Java services failed: "
-                f"{made.stderr.strip()}; create it (`useradd --system --user-group {SERVICE_USER}`) or start the "
+                f"creating the system user {user!r} for the stack's {service} failed: "
+                f"{made.stderr.strip()}; create it (`useradd --system --user-group {user}`) or start the "
                 "stack as a user other than root"
             ) from None
-    return SERVICE_USER
+    return user
 
 
 def hand_over(user: str | None, *paths: Path) -> None:
@@ -77,7 +87,8 @@ def share_folder(user: str | None, folder: Path) -> None:
     if user is None:
         return
     folder.mkdir(parents=True, exist_ok=True)
-    grant = f"u:{user}:rwX,d:u:{user}:rwX,m::rwX,d:m::rwX"
+    # Other local users get nothing: the lake holds every event. The group class is the mask, not a group.
+    grant = f"u:{user}:rwX,d:u:{user}:rwX,m::rwX,d:m::rwX,o::---,d:o::---,g::---,d:g::---"
     done = subprocess.run(  # noqa: S603
         [shutil.which("setfacl") or "/usr/bin/setfacl", "-R", "-m", grant, str(folder)],
         capture_output=True,

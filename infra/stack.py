@@ -77,6 +77,10 @@ def up(settings: StackSettings, *, spark_cluster: bool = False, report: Report =
     """Start each service that is not running, one after another, each only once the previous is healthy."""
     for folder in (settings.state, settings.logs, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
+    # The local lake holds every event the jobs apply: no other local user may enter it (only the others' bits go,
+    # so a group's or an ACL's grant, as the Spark workers' user gets, stays).
+    settings.lake.mkdir(parents=True, exist_ok=True)
+    settings.lake.chmod(settings.lake.stat().st_mode & 0o770)
     results = []
     for service in services(settings, spark_cluster=spark_cluster, workers=settings.spark_workers):
         results.append(_start_one(service, settings, report))
@@ -93,7 +97,13 @@ def _start_one(service: Service, settings: StackSettings, report: Report) -> Sta
                 raise PortInUseError(service.name, spec.port, spec.setting)
         service.prepare()
         pid = service.process.start(
-            service.command(), env=service.environment(), cwd=service.cwd(), user=service.run_as()
+            service.command(),
+            env=service.environment(),
+            cwd=service.cwd(),
+            user=service.run_as(),
+            # What a service writes (Kafka's segments, the object store's objects, Connect's and Spark's files)
+            # is its own: no other local user may read the events in it, whatever the caller's umask.
+            umask=0o077,
         )
     _wait_healthy(service, settings.start_timeout_s)
     service.after_healthy()
@@ -203,7 +213,10 @@ def env_exports(settings: StackSettings) -> list[str]:
     No secret but the object store's key, in the variables every S3 client reads (the AWS SDKs and CLIs,
     delta-rs); every other tool reads its password from a file named here (libpq from PGPASSFILE).
     """
-    return [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
+    # The stack's tools first: its kcat runs on a librdkafka that does SCRAM with Kafka 4 (Debian's cannot), so
+    # `kcat -F "$CDCPIPE_KAFKA_CONFIG"` works as the docs show.
+    return [*exports, f'export PATH={shlex.quote(str(settings.home / "bin"))}:"$PATH"']
 
 
 def env_values(settings: StackSettings) -> dict[str, str]:

@@ -14,6 +14,10 @@ from cdcpipe.settings import StageSettings, split_list
 from streaming_jobs.lake.paths import LakePath, check_lake
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 
+# Every consumer group a job, a backfill or a check uses starts with this; the jobs' Kafka principal is granted READ
+# on this prefix and no other. It shares no prefix with another component's group (Connect's `cdcpipe-connect`).
+CONSUMER_GROUP_PREFIX = "cdcpipe-jobs-"
+
 
 class SparkSettings(StageSettings):
     """How a SparkSession of cdcpipe is built. Jars come from disk; nothing is downloaded at run time."""

@@ -80,3 +80,7 @@ class BelowRetentionError(PositionError):
 
 class SchemaChangeError(StreamingError):
     """The source table's columns changed in a way the job's on_schema_change policy says to stop on."""
+
+
+class PoisonCeilingError(StreamingError):
+    """So many records in a row failed the write on their values that the job, not the records, is at fault."""

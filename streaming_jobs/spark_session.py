@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from cdcpipe.errors import ConfigError
@@ -17,6 +18,11 @@ FAIR_POOLS = Path(__file__).parent / "run" / "fair_pools.xml"
 # Every this many commits Delta writes a checkpoint of the table in the committing writer's post-commit
 # (streaming_jobs.run.compaction keeps its compactions off those batches).
 CHECKPOINT_INTERVAL = 100
+
+# Settings that hold a secret. PySpark starts the driver's JVM as `spark-submit --conf key=value ...` with every
+# setting it has at that moment, where `ps` shows them to every local user: these are given to the JVM only
+# once it runs (build_spark_session), in memory. Executors get them from the driver over its authenticated RPC.
+SECRET_SETTINGS = frozenset({"spark.authenticate.secret", "spark.hadoop.fs.s3a.secret.key"})
 
 # Jars the session cannot work without; a prefix match, versions come from infra/versions.toml.
 REQUIRED_JARS = (
@@ -132,8 +138,13 @@ def build_spark_session(settings: SparkSettings | None = None, app_name: str = "
     settings = settings or SparkSettings.load()
     # Everything Spark binds (driver, block manager, UI) stays on loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = session_conf(settings, app_name)
+    # The JVM is launched with every setting but the secrets (see SECRET_SETTINGS); the context made next sets all.
+    SparkContext._ensure_initialized(
+        conf=SparkConf(loadDefaults=False).setAll([(k, v) for k, v in conf.items() if k not in SECRET_SETTINGS])
+    )
     builder = SparkSession.builder
-    for key, value in session_conf(settings, app_name).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")

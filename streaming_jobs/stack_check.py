@@ -20,7 +20,7 @@ from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user
 
 from cdcpipe.errors import CdcpipeError
 from cdcpipe.kafka_client import KafkaSettings
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
 from streaming_jobs.spark_session import build_spark_session
 
 
@@ -30,7 +30,7 @@ def topic_to_delta(spark: SparkSession, kafka: KafkaSettings, topic: str, table:
         spark.readStream.format("kafka")
         .options(**kafka.spark_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
-        .option("groupIdPrefix", "cdcpipe-stack-check")
+        .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}stack-check")
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         # Aborted transactional records are never read; data lost to retention fails the query.

@@ -38,7 +38,7 @@ def jobs_submit(
     master: str | None = typer.Option(None, help="local[N] or spark://HOST:PORT (default CDCPIPE_SPARK_MASTER)"),
     trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
 ) -> None:
-    """Start a job in the background, tracked by pid (its log: <lake>/_jobs/NAME.log)."""
+    """Start a job in the background, tracked by pid (its pid file and log: CDCPIPE_RUN_DIR/NAME.pid, NAME.log)."""
     from streaming_jobs.run import control as job_control
 
     settings = SparkSettings.load()

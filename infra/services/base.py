@@ -63,6 +63,8 @@ class Service(ABC):
     """One process of the stack."""
 
     name: str
+    # Its key in infra.service_user.SERVICE_USERS: whose system user it runs as when started as root.
+    system_user: str = ""
     stop_signal: signal.Signals = signal.SIGTERM
 
     def __init__(self, settings: StackSettings) -> None:
@@ -104,7 +106,7 @@ class Service(ABC):
         """
         if os.geteuid() != 0 or not can_reach(self.settings.home):
             return None
-        return service_user()
+        return service_user(self.system_user)
 
     def _hand_over_gc_log(self) -> None:
         """The GC log folder belongs to whoever runs the JVMs: HotSpot rotates its files by renaming them."""

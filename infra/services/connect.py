@@ -33,6 +33,7 @@ class Connect(Service):
     """One Kafka Connect worker in distributed mode, with Debezium's PostgreSQL connector as a plugin."""
 
     name = "connect"
+    system_user = "connect"
 
     @property
     def ports(self) -> list[PortSpec]:
@@ -86,14 +87,14 @@ class Connect(Service):
                     "offset.flush.interval.ms": 1000,
                     "plugin.path": plugins,
                     "plugin.discovery": "service_load",
-                    # Secrets in connector files are references, resolved by the worker (KIP-297).
-                    "config.providers": "env,file",
+                    # Secrets in connector files are references, resolved by the worker (KIP-297). Only `env`: the
+                    # connectors need nothing else, and a `file` provider would let any connector definition read
+                    # whatever files the worker's user may (its own config holds its Kafka password).
+                    "config.providers": "env",
                     "config.providers.env.class": "org.apache.kafka.common.config.provider.EnvVarConfigProvider",
-                    "config.providers.file.class": "org.apache.kafka.common.config.provider.FileConfigProvider",
-                    # A connector may read only the variables meant for connectors, and files of the secrets
-                    # folder: never the worker's own client file, key store or anything else on the machine.
+                    # A connector may read only the variables meant for connectors: Postgres' address, Debezium's
+                    # password; nothing else of the worker's environment.
                     "config.providers.env.param.allowlist.pattern": "^CDCPIPE_(PG|DEBEZIUM)_[A-Z_]+$",
-                    "config.providers.file.param.allowed.paths": s.state / "secrets",
                     # A connector definition may not override the worker's client settings (sasl.jaas.config...).
                     "connector.client.config.override.policy": "None",
                     # The REST API asks every caller for a user and password (HTTP basic authentication).

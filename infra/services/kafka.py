@@ -39,6 +39,7 @@ class Kafka(Service):
     """One broker that is its own KRaft controller."""
 
     name = "kafka"
+    system_user = "kafka"
 
     @property
     def ports(self) -> list[PortSpec]:
@@ -126,6 +127,8 @@ class Kafka(Service):
         )
         user = self.run_as()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Its segments hold every event in clear, past TLS, SASL and ACLs: the broker's user alone may enter.
+        self.data_dir.chmod(0o700)
         # The broker's own files: its log folder, its config (passwords) and its key. Nothing else.
         hand_over(user, self.data_dir, self.config_file, folder / "broker.pem")
         self._hand_over_gc_log()
@@ -167,6 +170,7 @@ class Kafka(Service):
                 group=user,
                 extra_groups=[] if user else None,
                 cwd="/",
+                umask=0o077,  # the metadata log's folder, as the broker's own files: nobody else's
             )
         finally:
             arguments.unlink()

@@ -42,6 +42,7 @@ class ObjectStore(Service):
     """s3proxy with the filesystem backend, its data in state/s3/<bucket>/."""
 
     name = "s3"
+    system_user = "s3"
 
     @property
     def ports(self) -> list[PortSpec]:

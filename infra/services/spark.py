@@ -29,6 +29,8 @@ def authenticate_secret(settings: StackSettings) -> str:
 
 
 class _SparkDaemon(Service):
+    system_user = "spark"
+
     def spark_defaults(self) -> Path:
         return self.settings.state / "conf" / "spark-defaults.conf"
 
@@ -140,6 +142,7 @@ class SparkWorker(_SparkDaemon):
     def prepare(self) -> None:
         super().prepare()
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.chmod(0o700)  # executors' logs and the applications' files: the Spark user's alone
         hand_over(self.run_as(), self.work_dir)
         # Its executors write data files into the tables the drivers create (drivers run as whoever starts them).
         share_folder(self.run_as(), self.settings.lake)

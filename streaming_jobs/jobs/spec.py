@@ -96,6 +96,12 @@ class JobSpec(BaseModel):
         "first batch (0: no cap)",
     )
     optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
+    max_poison_in_a_row: int = Field(
+        20,
+        ge=0,
+        description="stop the job when this many records in a row fail the write on their values: a projection or "
+        "kind that fails on every record is an error of the job, to fix, not poison to dead-letter (0: never stop)",
+    )
     dedupe_lookback_records: int = Field(
         100_000,
         ge=0,

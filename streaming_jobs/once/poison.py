@@ -13,6 +13,10 @@ offsets it covers (streaming_jobs.once.applied): after a crash the batch runs ag
 committed, so nothing is applied twice. A crash between a poison's dead letter and the commit of its
 offset writes that dead letter again when the batch is retried (a copy in the dead letters, never a loss).
 A poison costs about one more pass over the batch and two failed attempts per halving (log2 of its size).
+
+An error of the job itself (a projection that divides by zero for every record) would make every record a
+poison, at that cost, forever: once `max_poison_in_a_row` records in a row have failed (in offset order, no piece
+applied between them), the job stops with Spark's message and the setting, before dead-lettering that one.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
+from streaming_jobs.errors import PoisonCeilingError
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
 from streaming_jobs.ranges.positions import Partition
@@ -89,12 +94,13 @@ class _Pieces:
     ctx: BatchContext
     app_id: str  # new for each isolation: a retried batch is kept from doubling by the offsets, not the marker
     writes: int = field(default=0)
+    in_a_row: int = field(default=0)  # poisons found since the last piece that applied
 
     def apply(self, piece: list[Position]) -> tuple[int, int]:
         ctx = self._context(piece)
         frame = self._select(piece)
         try:
-            return self.handler(frame, ctx), 0
+            done = self.handler(frame, ctx)
         except SPARK_ERRORS as exc:
             if not is_data_error(exc):
                 raise
@@ -102,11 +108,23 @@ class _Pieces:
                 half = len(piece) // 2
                 first, second = self.apply(piece[:half]), self.apply(piece[half:])
                 return first[0] + second[0], first[1] + second[1]
+            self.in_a_row += 1
+            ceiling = ctx.job.max_poison_in_a_row
+            if ceiling and self.in_a_row >= ceiling:
+                raise PoisonCeilingError(
+                    f"job {ctx.job.name}: {self.in_a_row} records in a row failed the {ctx.job.kind} write on their "
+                    f"values, the last at {piece[0][0]}[{piece[0][1]}]@{piece[0][2]}: {_data_error_message(exc)}. "
+                    "So many look like an error of the job (its projection, its contract), not poison records: fix "
+                    "it and start the job again (this record and those after it are applied then), or raise "
+                    f"max_poison_in_a_row in the job file (now {ceiling}; 0: never stop)"
+                ) from exc
             log.error("job %s: %s:%s:%s is a poison record, dead-lettered: %s", ctx.job.name, *piece[0], exc)
             message = f"the {ctx.job.kind} write failed on this record: {_data_error_message(exc)}"
             write_dead_letters(frame.withColumn("error", F.lit(message)), ctx)
             record_only(self._context(piece))  # its offset is handled: a retried batch must not apply it
             return 0, 1
+        self.in_a_row = 0
+        return done, 0
 
     def _context(self, piece: list[Position]) -> BatchContext:
         """The piece as one write: its own marker, and the offsets the table holds once it is in."""

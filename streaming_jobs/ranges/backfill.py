@@ -30,7 +30,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.classify.contracts import checked_registry
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
 from streaming_jobs.errors import ReduceError
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.locations import Location
@@ -89,7 +89,7 @@ def read_chunk(spark: SparkSession, settings: SparkSettings, start: Offsets, end
         spark.read.format("kafka")
         .options(**settings.kafka.spark_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
-        .option("groupIdPrefix", "cdcpipe-backfill")
+        .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}backfill")
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(span.spark_json(start)))
         .option("endingOffsets", json.dumps(span.spark_json(end)))

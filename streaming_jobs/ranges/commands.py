@@ -193,46 +193,46 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
     with control.paused(settings, spec.name):
         where = locations.current(spec, settings.lake_root())
         now = sources.identities(settings, spec.name, spec.topics)
-        held = applied.read(where.table)
-        changed = sorted(t for t, was in held.topics.items() if t in now and now[t] != was)
-        recreated = [t for t in changed if now[t].topic_id != held.topics[t].topic_id]
-        if not changed:
-            return Accepted([], [])
-        accepted = held
-        for topic in recreated:
-            accepted = accepted.without_topic(topic)
-        if recreated:
-            # The rewind first: until the table's commit below, the job refuses to start (its topics are not
-            # those its table holds), so dying in between leaves nothing half-done. This run again finds the
-            # topics still to accept and rewinds once more, to the same offsets.
-            with KafkaPositions(settings.kafka) as kafka:
-                start = resolve_range(kafka, recreated, EARLIEST, LATEST).start
-            rewind(settings, spec, Position("offsets", offsets=start))
-        spark = build_spark_session(settings, app_name=f"cdcpipe-accept-topics-{spec.name}")
-        try:
-            with (
-                table_lock(where.table, holder="accept-topics"),
-                commit_metadata(spark, accepted.with_topics(now).metadata()),
-            ):
-                before = applied.newest_version(where.table)
-                if recreated and spec.kind == "latest_state":
-                    # Its rows give way only to a later Kafka position, and the new topic numbers its records
-                    # from 0 again: the old topic's rows get the position before every offset (-1), so the new
-                    # topic's events replace them as the events that came after them.
-                    DeltaTable.forPath(spark, str(where.table)).update(
-                        F.col("topic").isin(*recreated), {"kafka_offset": F.lit(-1).cast("long")}
-                    )
-                if applied.newest_version(where.table) == before:
-                    # Nothing committed yet (no rows to update): an empty append, recorded only with an action
-                    # (a marker of its own; Delta skips an empty commit otherwise).
-                    empty = spark.read.format("delta").load(str(where.table)).limit(0)
-                    (
-                        empty.write.format("delta")
-                        .mode("append")
-                        .option("txnAppId", "cdcpipe:accept-topics")
-                        .option("txnVersion", time.time_ns())
-                        .save(str(where.table))
-                    )
-        finally:
-            spark.stop()
+        # Everything from reading what the table holds to the commit under the writer lease: a backfill or replay
+        # committing meanwhile is waited for and its offsets kept, never overwritten by an older read.
+        with table_lock(where.table, holder="accept-topics"):
+            held = applied.read(where.table)
+            changed = sorted(t for t, was in held.topics.items() if t in now and now[t] != was)
+            recreated = [t for t in changed if now[t].topic_id != held.topics[t].topic_id]
+            if not changed:
+                return Accepted([], [])
+            accepted = held
+            for topic in recreated:
+                accepted = accepted.without_topic(topic)
+            if recreated:
+                # The rewind first: until the table's commit below, the job refuses to start (its topics are not
+                # those its table holds), so dying in between leaves nothing half-done. This run again finds the
+                # topics still to accept and rewinds once more, to the same offsets.
+                with KafkaPositions(settings.kafka) as kafka:
+                    start = resolve_range(kafka, recreated, EARLIEST, LATEST).start
+                rewind(settings, spec, Position("offsets", offsets=start))
+            spark = build_spark_session(settings, app_name=f"cdcpipe-accept-topics-{spec.name}")
+            try:
+                with commit_metadata(spark, accepted.with_topics(now).metadata()):
+                    before = applied.newest_version(where.table)
+                    if recreated and spec.kind == "latest_state":
+                        # Its rows give way only to a later Kafka position, and the new topic numbers its records
+                        # from 0 again: the old topic's rows get the position before every offset (-1), so the
+                        # new topic's events replace them as the events that came after them.
+                        DeltaTable.forPath(spark, str(where.table)).update(
+                            F.col("topic").isin(*recreated), {"kafka_offset": F.lit(-1).cast("long")}
+                        )
+                    if applied.newest_version(where.table) == before:
+                        # Nothing committed yet (no rows to update): an empty append, recorded only with an action
+                        # (a marker of its own; Delta skips an empty commit otherwise).
+                        empty = spark.read.format("delta").load(str(where.table)).limit(0)
+                        (
+                            empty.write.format("delta")
+                            .mode("append")
+                            .option("txnAppId", "cdcpipe:accept-topics")
+                            .option("txnVersion", time.time_ns())
+                            .save(str(where.table))
+                        )
+            finally:
+                spark.stop()
     return Accepted(changed, recreated)

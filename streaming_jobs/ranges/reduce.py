@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from cdcpipe.kafka_client import report_error
 from streaming_jobs.classify.python_prefilter import SurelyValid
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX
 from streaming_jobs.errors import ReduceError, StreamingError
 from streaming_jobs.lake.paths import LakePath
 
@@ -93,7 +94,7 @@ def reduce_partition(task: Task) -> Reduced:
         {
             **task.kafka,
             "error_cb": report_error,
-            "group.id": f"cdcpipe-reduce-{uuid.uuid4()}",  # never committed: the offsets are assigned
+            "group.id": f"{CONSUMER_GROUP_PREFIX}reduce-{uuid.uuid4()}",  # never committed: the offsets are assigned
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",

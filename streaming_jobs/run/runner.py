@@ -26,8 +26,8 @@ from pyspark.sql import DataFrame
 from cdcpipe.errors import CdcpipeError
 from streaming_jobs.classify import outbox_events
 from streaming_jobs.classify.contracts import checked_registry
-from streaming_jobs.config import SparkSettings
-from streaming_jobs.errors import SchemaChangeError
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
+from streaming_jobs.errors import PoisonCeilingError, SchemaChangeError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec, find
@@ -99,7 +99,7 @@ def run(
         spark.readStream.format("kafka")
         .options(**settings.kafka.spark_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
-        .option("groupIdPrefix", f"cdcpipe-job-{spec.name}")
+        .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}{spec.name}")
         .option("subscribe", ",".join(spec.topics))
         # Only a checkpoint Spark never wrote uses this: a new job, or a rewind/replay's new checkpoint.
         .option("startingOffsets", json.dumps(where.starting_offsets) if where.starting_offsets else "earliest")
@@ -155,14 +155,15 @@ def run(
 
 
 def _raise_stop_of_ours(exc: Exception) -> None:
-    """A batch that stopped the job on purpose (a schema change its policy stops on) ends it with that message.
+    """A batch that stopped the job on purpose ends it with that message.
 
-    Spark wraps the Python error of a batch in its own; the message is the line naming our error's class.
+    On purpose: a schema change its policy stops on, or a run of poison records past the job's ceiling. Spark wraps the Python error of a batch in its own; the message is the line naming our error's class.
     """
-    marker = f"{SchemaChangeError.__module__}.{SchemaChangeError.__name__}: "
-    said = next((line.split(marker, 1)[1] for line in str(exc).splitlines() if marker in line), None)
-    if said is not None:
-        raise SchemaChangeError(said.strip()) from exc
+    for stop_error in (SchemaChangeError, PoisonCeilingError):
+        marker = f"{stop_error.__module__}.{stop_error.__name__}: "
+        said = next((line.split(marker, 1)[1] for line in str(exc).splitlines() if marker in line), None)
+        if said is not None:
+            raise stop_error(said.strip()) from exc
 
 
 def _first_line(exc: Exception) -> str:

@@ -3,8 +3,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from cdcpipe.errors import ConfigError
+from cdcpipe.kafka_client import KafkaSettings
+from cdcpipe.settings import StageSettings
 from infra.config import StackSettings
 
 
@@ -80,3 +83,78 @@ def test_a_secret_is_never_echoed_in_an_error() -> None:
         RelaySettings.load(pg_dsn=12345, batch_size=0)
     assert "12345" not in str(raised.value)
     assert "CDCPIPE_BATCH_SIZE" in str(raised.value)
+
+
+SECRET = "s3cr3t-value-never-shown"  # noqa: S105 - a value to look for, not a credential
+
+
+def _settings_models() -> list[type[StageSettings]]:
+    from connectors.config import ConnectSettings
+    from outbox_relay.config import RelaySettings
+    from schemas.config import OutboxNames, SchemaSettings
+    from schemas.topics import TopicSettings
+    from streaming_jobs.config import SparkSettings
+    from streaming_jobs.lake.store import ObjectStoreSettings
+
+    return [
+        StackSettings,
+        KafkaSettings,
+        ConnectSettings,
+        RelaySettings,
+        OutboxNames,
+        SchemaSettings,
+        TopicSettings,
+        SparkSettings,
+        ObjectStoreSettings,
+    ]
+
+
+def _secret_variables(model: type[BaseModel]) -> list[str]:
+    """Every secret setting of a model and of the models nested in it, as its environment variable."""
+    found = []
+    for name, field in model.model_fields.items():
+        if "SecretStr" in str(field.annotation):
+            found.append(f"CDCPIPE_{name.upper()}")
+        elif isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            found += _secret_variables(field.annotation)
+    return found
+
+
+@pytest.mark.parametrize("model", _settings_models(), ids=lambda m: m.__name__)
+def test_no_validation_error_of_any_settings_model_shows_a_secret(
+    model: type[StageSettings], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every secret set; then a misspelt secret, an invalid secret, and an invalid plain setting: none echoes one."""
+    variables = _secret_variables(model)
+    for variable in variables:
+        monkeypatch.setenv(variable, f"{SECRET}-{variable}")
+    config = tmp_path / "cdcpipe.toml"
+    # A misspelt secret in the settings file, and a secret of the wrong type: both rejected, neither shown.
+    section = model.toml_section or "x"
+    wrong_type = next((v.removeprefix("CDCPIPE_").lower() for v in variables if v.count("_") > 1), None)
+    config.write_text(
+        f'[{section}]\npasword = "{SECRET}-misspelt"\n'
+        + (f'{wrong_type} = ["{SECRET}-wrong-type"]\n' if wrong_type and wrong_type in model.model_fields else "")
+    )
+    monkeypatch.setenv("CDCPIPE_CONFIG", str(config))
+    with pytest.raises(ConfigError) as raised:
+        model.load()
+    message = str(raised.value)
+    assert SECRET not in message, message
+    assert "pasword" in message, "the message still names the setting to fix"
+
+
+def test_a_whole_model_error_says_what_and_how_without_a_dump(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from connectors.config import ConnectSettings
+
+    password_file = tmp_path / "password"
+    password_file.write_text(SECRET)
+    monkeypatch.setenv("CDCPIPE_CONNECT_PASSWORD", SECRET)
+    monkeypatch.setenv("CDCPIPE_CONNECT_PASSWORD_FILE", str(password_file))
+    monkeypatch.setenv("CDCPIPE_PG_DSN", f"postgresql://postgres:{SECRET}@127.0.0.1/cdcpipe")
+    with pytest.raises(ConfigError) as raised:
+        ConnectSettings.load()
+    message = str(raised.value)
+    assert SECRET not in message
+    assert message.startswith("invalid settings: give the Connect password once: CDCPIPE_CONNECT_PASSWORD or"), message
+    assert "{" not in message, "no dump of the model"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import pwd
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from cdcpipe.kafka_client import read_properties, write_properties
 from infra import tls
-from infra.service_user import SERVICE_USER
 from tests.conftest import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
@@ -148,31 +145,6 @@ def test_the_stack_secrets_and_client_files_are_its_owners_alone(stack: Stack) -
         state / "conf" / "connect-rest-users.properties",
     ]
     assert {str(p): oct(p.stat().st_mode & 0o777) for p in private} == {str(p): oct(0o600) for p in private}
-
-
-def pid_owner(stack: Stack, service: str) -> str:
-    pid = (stack.home / "run" / f"{service}.pid").read_text().split()[0]
-    return pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="started by another user, the services run as that user")
-def test_started_as_root_the_java_services_run_as_the_service_user_and_cannot_read_the_stack_secrets(
-    stack: Stack,
-) -> None:
-    services = ["postgres", "kafka", "connect"] + (["spark-master", "spark-worker"] if stack.cluster else [])
-    owners = {service: pid_owner(stack, service) for service in services}
-    assert owners == {service: "postgres" if service == "postgres" else SERVICE_USER for service in services}
-    # What the broker may not read: the CA's key, the other users' passwords, the stack's secrets.
-    for path in (
-        stack.home / "state" / "tls" / "ca.key",
-        stack.kafka_file("relay"),
-        stack.home / "state" / "secrets" / "pg_superuser_password",
-    ):
-        read = subprocess.run(
-            ["runuser", "-u", SERVICE_USER, "--", "cat", str(path)], capture_output=True, text=True, check=False
-        )
-        assert read.returncode != 0, path
-        assert "Permission denied" in read.stderr, (path, read.stderr)
 
 
 SPARK_APP = """

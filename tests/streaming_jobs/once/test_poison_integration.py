@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Stack
-from tests.streaming_jobs.helpers import deposit, make_job, opened, send
+from tests.streaming_jobs.helpers import Event, deposit, make_job, opened, send
 
 pytestmark = pytest.mark.integration
 
@@ -72,3 +72,36 @@ def test_a_contract_pattern_java_cannot_compile_is_refused_when_the_job_starts(
     assert "$.code" in run.stderr
     assert "not a Java regular expression" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_records_failing_in_a_row_past_the_ceiling_stop_the_job_naming_the_error_and_the_setting(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """Every deposit to c overflows: past `max_poison_in_a_row` that is the job's error, not the records'."""
+    job = make_job(
+        stack,
+        tmp_path,
+        "projection",
+        [topic],
+        projection="streaming_jobs.projections.balances:apply",
+        max_poison_in_a_row=5,
+    )
+    overflowing: list[Event] = [("c", "MoneyDeposited", deposit("c", BIG), None) for _ in range(8)]  # offsets 2..9
+    send(stack, topic, [("c", "AccountOpened", opened("c"), None), ("c", "MoneyDeposited", deposit("c", BIG), None)])
+    send(stack, topic, overflowing)
+    stopped = job.run(check=False)
+    assert stopped.returncode == 2, stopped.stderr[-3000:]
+    said = stopped.stderr.strip().splitlines()[-1]
+    assert said.startswith("error: job "), said
+    assert "5 records in a row failed the projection write" in said
+    assert "ARITHMETIC_OVERFLOW" in said
+    assert "max_poison_in_a_row in the job file (now 5" in said
+    dead = sorted(int(str(r["kafka_offset"])) for r in job.table("_dead_letters"))
+    assert dead == [2, 3, 4, 5], "the fifth is not dead-lettered: it is applied once the job is fixed"
+    # Told to go on (0: never stop), the job dead-letters the rest, each once, and moves past them.
+    (job.folder / f"{job.name}.toml").write_text(
+        (job.folder / f"{job.name}.toml").read_text().replace("max_poison_in_a_row = 5", "max_poison_in_a_row = 0")
+    )
+    job.run()
+    assert sorted(int(str(r["kafka_offset"])) for r in job.table("_dead_letters")) == list(range(2, 10))
+    assert {r["account_id"]: r["balance"] for r in job.table()} == {"c": BIG}
