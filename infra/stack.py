@@ -213,7 +213,10 @@ def env_exports(settings: StackSettings) -> list[str]:
     No secret but the object store's key, in the variables every S3 client reads (the AWS SDKs and CLIs,
     delta-rs); every other tool reads its password from a file named here (libpq from PGPASSFILE).
     """
-    return [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in env_values(settings).items()]
+    # The stack's tools first: its kcat runs on a librdkafka that does SCRAM with Kafka 4 (Debian's cannot), so
+    # `kcat -F "$CDCPIPE_KAFKA_CONFIG"` works as the docs show. The shell expands "$PATH" when it evaluates this.
+    return [*exports, f'export PATH={shlex.quote(str(settings.home / "bin"))}:"$PATH"']
 
 
 def env_values(settings: StackSettings) -> dict[str, str]:

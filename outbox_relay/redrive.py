@@ -129,6 +129,17 @@ def _ref(row: tuple[Any, ...]) -> DeadLetterRef:
 
 
 @dataclass(frozen=True)
+class TopicStall:
+    """One topic publishing is stalled on: why, since when, and the events waiting for it."""
+
+    topic: str
+    reason: str
+    since: str
+    aggregate_types: list[str]
+    waiting: int
+
+
+@dataclass(frozen=True)
 class RelayStatus:
     """What `cdcpipe relay status` shows: Postgres's view of the outbox and of its relay."""
 
@@ -136,6 +147,7 @@ class RelayStatus:
     stalled_topic: str | None
     stalled_reason: str | None
     stalled_since: datetime | None
+    stalls: list[TopicStall]  # every stalled topic (stalled_*: the first of them, as older tools read it)
     waiting: int
     oldest_age_s: float
     dead_letters: int
@@ -163,10 +175,11 @@ def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
         (f"{names.outbox_schema}.{names.outbox_table}",),
     ).fetchone()
     stall = conn.execute(
-        sql.SQL("SELECT stalled_topic, stalled_reason, stalled_since FROM {}").format(
+        sql.SQL("SELECT stalled_topic, stalled_reason, stalled_since, stalls FROM {}").format(
             sql.Identifier(names.outbox_schema, names.relay_status_table)
         )
     ).fetchone()
+    stalls = [_topic_stall(conn, names, s) for s in (stall[3] if stall and stall[3] else [])]
     waiting, age = read_backlog_row(conn.execute(backlog_sql(names)).fetchone())  # the relay's own gauge
     dead = conn.execute(
         sql.SQL("SELECT count(*), count(*) FILTER (WHERE overtaken) FROM {}").format(
@@ -179,8 +192,27 @@ def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
         stalled_topic=stall[0] if stall else None,
         stalled_reason=stall[1] if stall else None,
         stalled_since=stall[2] if stall else None,
+        stalls=stalls,
         waiting=waiting,
         oldest_age_s=age,
         dead_letters=int(dead[0]),
         dead_letters_overtaken=int(dead[1]),
+    )
+
+
+def _topic_stall(conn: psycopg.Connection[Any], names: OutboxNames, stall: dict[str, Any]) -> TopicStall:
+    """A stall of the status row, with how many events of its aggregate types wait in the outbox."""
+    types = [str(t) for t in stall.get("aggregate_types", [])]
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {} WHERE aggregatetype = ANY(%s)").format(
+            sql.Identifier(names.outbox_schema, names.outbox_table)
+        ),
+        (types,),
+    ).fetchone()
+    return TopicStall(
+        topic=str(stall["topic"]),
+        reason=str(stall["reason"]),
+        since=str(stall["since"]),
+        aggregate_types=types,
+        waiting=int(row[0]) if row else 0,
     )

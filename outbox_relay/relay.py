@@ -50,6 +50,7 @@ from outbox_relay.kafka import (
 )
 from outbox_relay.metrics import RelayMetrics
 from outbox_relay.sql import backlog_sql, dead_params, read_backlog_row, take
+from outbox_relay.stalls import Stalls
 from outbox_relay.topics import TopicTargets
 from outbox_relay.wakeups import Wakeups
 from schemas.config import OutboxNames
@@ -79,7 +80,7 @@ class Relay:
         )
         # Aggregates with a dead letter no later event of theirs has been published after yet.
         self._dead_aggregates: set[tuple[str, str]] = set()
-        self._stalled: set[str] = set()
+        self._stalls = Stalls(settings.backoff_max_s)
         dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
         self._bury = sql.SQL(
             "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
@@ -111,7 +112,7 @@ class Relay:
                         break
                     backoff.reset()
                     self._dead_aggregates = self._read_dead_aggregates(conn)
-                    self._clear_status(conn)  # a stall is said again at once if it still holds
+                    self._write_status(conn)  # what this relay knows now; a stall is said again at once if it holds
                     with self._connect() as first, self._connect() as second, self._connect() as third:
                         self._serve(conn, [first, second, third])
             except psycopg.OperationalError as exc:
@@ -159,13 +160,16 @@ class Relay:
         dead = sql.Identifier(names.outbox_schema, names.dead_letter_table).as_string(conn)
         row = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT FROM pg_catalog.pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attname = 'overtaken' AND NOT attisdropped)",
-            (status, dead),
+            "WHERE attrelid = to_regclass(%s) AND attname = 'overtaken' AND NOT attisdropped), "
+            "EXISTS (SELECT FROM pg_catalog.pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attname = 'stalls' AND NOT attisdropped)",
+            (status, dead, status),
         ).fetchone()
         if row is None or not all(row):
             raise RelayError(
                 f"the outbox {names.outbox_schema}.{names.outbox_table} was made by an older `cdcpipe schema apply`: "
-                f"this relay needs {status} and the dead letters' `overtaken` column. Run `cdcpipe schema apply` "
+                f"this relay needs {status} with its `stalls` column and the dead letters' `overtaken` column. Run "
+                "`cdcpipe schema apply` "
                 "again (it only adds what is missing), then start the relay"
             )
 
@@ -211,28 +215,42 @@ class Relay:
                         if ahead is not None:
                             batch, ahead = ahead.result(), None
                         else:
+                            self._check_stalls(wakeups)
                             wakeups.before_take()
-                            batch = self._take(free_connection(conns, in_flight), in_flight)
+                            batch = self._take(free_connection(conns, in_flight), in_flight, self._waiting())
                         if batch is not None:
                             in_flight.append(batch)
                             if len(batch.rows) == self.settings.batch_size:
                                 # Before producing: Postgres removes the next batch while this one is produced.
                                 wakeups.before_take()
-                                ahead = taker.submit(self._take, free_connection(conns, in_flight), list(in_flight))
+                                ahead = taker.submit(
+                                    self._take, free_connection(conns, in_flight), list(in_flight), self._waiting()
+                                )
                             self._produce(batch)
                         # The newest batch stays in flight only while the next one is being taken.
                         while len(in_flight) > (1 if ahead is not None else 0):
                             self._finish(in_flight[0], wakeups)
                             in_flight.popleft()
                         kafka_backoff.reset()
-                        if self._stalled:
-                            self._resume()
                     except KafkaUnavailableError as exc:
+                        waiting = (
+                            self._types_of(exc.topic, in_flight, ahead)
+                            if isinstance(exc, PublishStalledError)
+                            else set()
+                        )
                         self._roll_back(ahead, in_flight)
                         ahead = None
+                        if isinstance(exc, PublishStalledError) and waiting:
+                            # Only the events of that topic wait; the next take leaves them out, the rest flows.
+                            self._stall(conns[0], exc, waiting)
+                            log.error(
+                                "%s. The events of aggregate types %s wait for it; every other topic keeps flowing",
+                                exc,
+                                sorted(waiting),
+                            )
+                            continue
                         delay = kafka_backoff.next()
                         if isinstance(exc, PublishStalledError):
-                            self._stall(conns[0], exc)
                             log.error("%s. Nothing leaves the outbox meanwhile; retrying in %.1fs", exc, delay)
                         else:
                             self.metrics.errors.labels("kafka").inc()
@@ -250,39 +268,59 @@ class Relay:
         finally:
             backlog.stop()
 
-    def _stall(self, conn: psycopg.Connection[Any], exc: PublishStalledError) -> None:
-        """Say where everybody looks: the metric, and the status row `cdcpipe relay status` reads."""
+    def _types_of(self, topic: str, in_flight: Sequence[Batch], ahead: Future[Batch | None] | None) -> set[str]:
+        """The aggregate types of the batches in hand (the taker's too) whose events go to `topic`."""
+        batches = [*in_flight, *([taken] if ahead is not None and (taken := ahead.result()) else [])]
+        kinds = {row.aggregatetype for batch in batches for row in batch.rows}
+        return {kind for kind in kinds if self.settings.topic_for(kind) == topic}
+
+    def _waiting(self) -> frozenset[str]:
+        """The aggregate types a take must leave in the outbox now: their topic is stalled."""
+        return self._stalls.waiting_types()
+
+    def _stall(self, conn: psycopg.Connection[Any], exc: PublishStalledError, waiting: set[str]) -> None:
+        """Hold `waiting` back; say where everybody looks: the metric, and the status row `relay status` reads."""
         self.metrics.errors.labels("stalled").inc()
         self.metrics.stalled.labels(exc.topic).set(1)
-        self._stalled.add(exc.topic)
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} AS s (id, stalled_topic, stalled_reason, stalled_since, updated_at) "
-                "VALUES (1, %(topic)s, %(reason)s, now(), now()) ON CONFLICT (id) DO UPDATE SET "
-                "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
-                "stalled_since = CASE WHEN s.stalled_topic = EXCLUDED.stalled_topic THEN s.stalled_since ELSE now() END, "
-                "updated_at = now()"
-            ).format(self._status),
-            {"topic": exc.topic, "reason": exc.cause},
-        )
+        self._topics.forget(exc.topic)
+        self._stalls.add(exc.topic, exc.cause, waiting)
+        self._write_status(conn)
 
-    def _resume(self) -> None:
-        """A batch went through after a stall: clear the metric and the status row.
-
-        On a connection of its own: the batch connections may hold batches in flight, or the taker's.
-        """
-        for topic in self._stalled:
+    def _check_stalls(self, wakeups: Wakeups) -> None:
+        """Check each stalled topic again when its backoff says so; take its events again once Kafka would."""
+        for topic in self._stalls.due():
+            wakeups.read()  # a metadata request may take seconds: the leader's session hears from it meanwhile
+            try:
+                self._topics.check(topic)
+                self._topics.max_record_bytes(topic)
+            except PublishStalledError as exc:
+                self._stalls.add(topic, exc.cause, set())
+                continue
+            except KafkaUnavailableError:
+                continue  # Kafka itself: the batches say so; the topic is checked again later
+            self._stalls.clear(topic)
             self.metrics.stalled.remove(topic)
-            log.info("publishing to %s resumed", topic)
-        self._stalled.clear()
-        with self._connect() as conn:
-            self._clear_status(conn)
+            log.info("publishing to %s resumed: its events leave again, oldest first", topic)
+            # On a connection of its own: the batch connections may hold batches in flight, or the taker's.
+            with self._connect() as conn:
+                self._write_status(conn)
 
-    def _clear_status(self, conn: psycopg.Connection[Any]) -> None:
+    def _write_status(self, conn: psycopg.Connection[Any]) -> None:
+        """The status row: every stalled topic (`stalls`), the first of them also in the columns older tools read."""
+        first = next(iter(self._stalls), None)
         conn.execute(
             sql.SQL(
-                "UPDATE {} SET stalled_topic = NULL, stalled_reason = NULL, stalled_since = NULL, updated_at = now()"
-            ).format(self._status)
+                "INSERT INTO {} AS s (id, stalled_topic, stalled_reason, stalled_since, stalls, updated_at) "
+                "VALUES (1, %(topic)s, %(reason)s, %(since)s, %(stalls)s::jsonb, now()) ON CONFLICT (id) DO UPDATE SET "
+                "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
+                "stalled_since = EXCLUDED.stalled_since, stalls = EXCLUDED.stalls, updated_at = now()"
+            ).format(self._status),
+            {
+                "topic": first.topic if first else None,
+                "reason": first.reason if first else None,
+                "since": first.since if first else None,
+                "stalls": self._stalls.as_json(),
+            },
         )
 
     def _roll_back(self, ahead: Future[Batch | None] | None, in_flight: deque[Batch]) -> None:
@@ -295,14 +333,15 @@ class Relay:
 
     # --- one batch ---------------------------------------------------------------------------------------
 
-    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[Batch]) -> Batch | None:
-        """Open a transaction on `conn` and remove the next rows, but those in flight; None if there are none.
+    def _take(self, conn: psycopg.Connection[Any], in_flight: Sequence[Batch], waiting: frozenset[str]) -> Batch | None:
+        """Open a transaction on `conn` and remove the next rows, but those in flight or of a `waiting` type.
 
-        Runs on the taker thread too: it touches only `conn` and its arguments.
+        None if there are none. Runs on the taker thread too: it touches only `conn` and its arguments.
         """
         began = time.perf_counter()
         seqs = [row.seq for batch in in_flight for row in batch.rows]
-        rows = sorted(map(Row._make, take(conn, self.names, self.settings.batch_size, seqs)))  # seq first, unique
+        taken = take(conn, self.names, self.settings.batch_size, seqs, waiting)
+        rows = sorted(map(Row._make, taken))  # seq first, unique
         if not rows:
             conn.execute("COMMIT")
             return None

@@ -60,12 +60,31 @@ def take_after_sql(names: OutboxNames) -> sql.Composed:
     ).format(outbox=outbox, returning=_RETURNING)
 
 
-def take(
-    conn: psycopg.Connection[Any], names: OutboxNames, limit: int, in_flight: Iterable[int] = ()
-) -> list[tuple[Any, ...]]:
-    """BEGIN, and remove at most `limit` rows (`take_sql`), leaving out the seqs in `in_flight` (`take_after_sql`).
+@functools.cache
+def take_except_sql(names: OutboxNames) -> sql.Composed:
+    """As `take_after_sql`, also leaving out the rows of the aggregate types in %s (their topic is stalled).
 
-    The transaction stays open: the caller COMMITs once Kafka holds the rows, or rolls back.
+    Whole aggregate types wait, so every aggregate's events still leave in order; every other type flows.
+    """
+    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
+    return sql.SQL(
+        "DELETE FROM {outbox} WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} "
+        "WHERE aggregatetype <> ALL(%s::text[]) AND seq NOT IN (SELECT unnest(%s::bigint[])) "
+        "ORDER BY seq LIMIT %s)) {returning}"
+    ).format(outbox=outbox, returning=_RETURNING)
+
+
+def take(
+    conn: psycopg.Connection[Any],
+    names: OutboxNames,
+    limit: int,
+    in_flight: Iterable[int] = (),
+    waiting_types: Iterable[str] = (),
+) -> list[tuple[Any, ...]]:
+    """BEGIN, and remove at most `limit` rows (`take_sql`), but those in flight or of a waiting aggregate type.
+
+    Leaving out the seqs in `in_flight` is `take_after_sql`; also the aggregate types in `waiting_types` (their
+    topic is stalled), `take_except_sql`. The transaction stays open: the caller COMMITs once Kafka holds the rows, or rolls back.
 
     BEGIN and the DELETE go to Postgres as one query string through libpq's PQexec, which psycopg runs
     without holding Python's GIL. Through a cursor, a thread needs the GIL back after the BEGIN and for each
@@ -76,7 +95,15 @@ def take(
     Not a prepared statement run by EXECUTE: Postgres then stores the DELETE's result twice before sending it.
     """
     seqs = ",".join(map(str, in_flight))
-    statement, params = (take_after_sql(names), ("{" + seqs + "}", limit)) if seqs else (take_sql(names), (limit,))
+    waiting = sorted(waiting_types)
+    statement: sql.Composed
+    params: tuple[object, ...]
+    if waiting:
+        statement, params = take_except_sql(names), (waiting, "{" + seqs + "}", limit)
+    elif seqs:
+        statement, params = take_after_sql(names), ("{" + seqs + "}", limit)
+    else:
+        statement, params = take_sql(names), (limit,)
     query = b"BEGIN; " + psycopg.ClientCursor(conn).mogrify(statement, params).encode()
     result = conn.pgconn.exec_(query)
     if result.status != pq.ExecStatus.TUPLES_OK:

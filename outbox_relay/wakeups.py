@@ -8,6 +8,8 @@ from typing import Any
 
 import psycopg
 
+from outbox_relay.leader import HEARTBEAT_S
+
 
 class Wakeups:
     """The leader's LISTEN connection, read at every take and every wait; its notifications kept as one flag.
@@ -27,6 +29,17 @@ class Wakeups:
         self._conn = conn
         self._stop = stop
         self._announced = False
+        self._beaten = time.monotonic()
+
+    def _beat(self) -> None:
+        """Query the leader's session if HEARTBEAT_S passed: a leader that stays silent loses the lock.
+
+        Notifications that arrive during the query wait in psycopg's backlog for the next `notifies()`.
+        """
+        now = time.monotonic()
+        if now - self._beaten >= HEARTBEAT_S:
+            self._conn.execute("SELECT 1")
+            self._beaten = now
 
     def read(self) -> None:
         """Read every notification that arrived, without waiting (a few microseconds when there are none).
@@ -34,6 +47,7 @@ class Wakeups:
         Until none is left: one call reads what libpq's buffer holds (16 kB, some 400 notifications), and the
         backend keeps its snapshot until it has sent the last one.
         """
+        self._beat()
         while sum(1 for _ in self._conn.notifies(timeout=0)):
             self._announced = True
 
@@ -56,6 +70,7 @@ class Wakeups:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
+            self._beat()
             # Slices of at most 0.5s, so a stop request is seen promptly.
             for _ in self._conn.notifies(timeout=min(left, 0.5), stop_after=1 if until_announced else None):
                 self._announced = True

@@ -58,9 +58,20 @@ def _is_integer(_: TypeChecker, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool) and INT64_MIN <= instance <= INT64_MAX
 
 
-# Draft 2020-12 with that integer: what `emit` accepts, a streaming job accepts.
+def _pattern(validator: Draft202012Validator, pattern: str, instance: object, _: object) -> Iterator[ValidationError]:
+    r"""`pattern` as JSON Schema (ECMA-262) and Java's regex read it: \d, \w and \s are ASCII classes.
+
+    Python's `re` would take any Unicode digit for \d ("١٢٣" for ^\d{3}$), which every job dead-letters.
+    """
+    if validator.is_type(instance, "string") and not re.search(pattern, str(instance), re.ASCII):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 2020-12 with that integer and that pattern: what `emit` accepts, a streaming job accepts.
 ContractValidator = validators.extend(
-    Draft202012Validator, type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+    Draft202012Validator,
+    validators={"pattern": _pattern},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
 _FILE_NAME = re.compile(r"^(?P<type>[A-Za-z][A-Za-z0-9_.-]*)\.v(?P<version>[1-9][0-9]*)\.json$")
 
@@ -80,10 +91,12 @@ class Contract:
         """Raise ContractViolationError naming the first field that breaks the contract."""
         error = _first_error(self.validator.iter_errors(payload))
         if error is not None:
-            raise ContractViolationError(self.event_type, self.version, _field_path(error), error.message)
+            raise ContractViolationError(
+                self.event_type, self.version, _field_path(error), error.message, str(self.path)
+            )
         unstorable = _unstorable(payload, "$")
         if unstorable is not None:
-            raise ContractViolationError(self.event_type, self.version, *unstorable)
+            raise ContractViolationError(self.event_type, self.version, *unstorable, str(self.path))
 
 
 def _unstorable(value: object, path: str) -> tuple[str, str] | None:

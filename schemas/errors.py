@@ -20,10 +20,11 @@ class UnknownEventTypeError(ContractError):
 class ContractViolationError(SchemaError):
     """A payload breaks its event contract. `field` is the JSON path of the first problem."""
 
-    def __init__(self, event_type: str, version: int, field: str, problem: str) -> None:
+    def __init__(self, event_type: str, version: int, field: str, problem: str, contract: str = "") -> None:
+        # `contract`: the file the contract was read from (the user's folder or the samples), when known.
         super().__init__(
             f"{event_type} v{version}: payload field {field}: {problem}; fix the payload to match "
-            f"schemas/contracts/{event_type}.v{version}.json (nothing was written)"
+            f"{contract or f'the contract {event_type}.v{version}.json'} (nothing was written)"
         )
         self.event_type = event_type
         self.version = version

@@ -119,6 +119,8 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
                 updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
             )"""
         ).format(status=status),
+        # Every topic publishing is stalled on, with the aggregate types waiting for it (outbox_relay.stalls).
+        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS stalls jsonb").format(status),
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
             "SET search_path = pg_catalog, pg_temp AS {body}"

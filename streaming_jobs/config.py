@@ -73,6 +73,12 @@ class SparkSettings(StageSettings):
         description="Postgres holding each table's writer lease (one writer at a time, across machines); any role "
         "that may connect, its password from PGPASSFILE",
     )
+    lease_wait_s: float = Field(
+        900.0,
+        gt=0,
+        description="how long a writer waits for a table's lease held by another (a running batch, a backfill's "
+        "chunk, an optimize) before it gives up, naming the holder",
+    )
     source_pg_dsn: str | None = Field(
         None,
         description="the captured tables' Postgres, read-only catalog access: tells a renamed column from a dropped "
@@ -99,10 +105,11 @@ class SparkSettings(StageSettings):
         env = {"CDCPIPE_LAKE": self.lake, **self.object_store.environment(), **self.kafka.environment()}
         if self.lease_pg_dsn:
             env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn
+        env["CDCPIPE_LEASE_WAIT_S"] = str(self.lease_wait_s)
         if self.source_pg_dsn:
             env["CDCPIPE_SOURCE_PG_DSN"] = self.source_pg_dsn
         return env
 
     def lake_root(self) -> LakePath:
         """The lake, with what reaching it takes (its store's settings, the writer leases' Postgres)."""
-        return LakePath(check_lake(str(self.lake)), LakeAccess(self.object_store, self.lease_pg_dsn))
+        return LakePath(check_lake(str(self.lake)), LakeAccess(self.object_store, self.lease_pg_dsn, self.lease_wait_s))

@@ -44,14 +44,19 @@ def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
 
 
 def parse_exports(text: str) -> dict[str, str]:
-    """`export KEY=VALUE` lines (as `cdcpipe stack env` prints them) into a dict."""
+    """`export KEY=VALUE` lines (as `cdcpipe stack env` prints them) into a dict, as a shell evaluates them.
+
+    A double-quoted variable (`PATH=/x:"$PATH"`) is expanded from this process's environment; a single-quoted
+    value (how every other value is quoted) is taken as it is.
+    """
     import shlex
 
     values = {}
     for line in text.splitlines():
         if line.startswith("export "):
             key, _, value = line.removeprefix("export ").partition("=")
-            values[key] = shlex.split(value)[0] if value else ""
+            parsed = shlex.split(value)[0] if value else ""
+            values[key] = os.path.expandvars(parsed) if '"$' in value else parsed
     return values
 
 

@@ -37,14 +37,19 @@ def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON"
         typer.echo(json.dumps(asdict(report), indent=2, default=str))
         return
     typer.echo(f"leader: {report.leader or 'none (no relay is publishing)'}")
-    if report.stalled_topic:
+    for stall in report.stalls:
+        typer.echo(
+            f"STALLED since {stall.since} on topic {stall.topic}: {stall.waiting} events of aggregate types "
+            f"{', '.join(stall.aggregate_types)} wait (every other topic flows): {stall.reason}"
+        )
+    if report.stalled_topic and not report.stalls:  # written by an older relay: it held every event
         typer.echo(f"STALLED since {report.stalled_since} on topic {report.stalled_topic}: {report.stalled_reason}")
     typer.echo(f"waiting: {report.waiting} events, the oldest {report.oldest_age_s:.1f}s old")
     typer.echo(
         f"dead letters: {report.dead_letters} ({report.dead_letters_overtaken} overtaken by a later event of "
         "their aggregate); `cdcpipe relay redrive` puts them back"
     )
-    if report.stalled_topic:
+    if report.stalled_topic or report.stalls:
         raise typer.Exit(1)
 
 

@@ -129,6 +129,13 @@ class Postgres(Service):
             "max_connections": 200,
             "shared_buffers": "256MB",
             "logging_collector": "off",
+            # A client whose host vanished (a cut network, a dead machine) is dropped within about 25 s, not the
+            # kernel's two hours: its sessions, and the locks they hold, go with it. (A frozen process, whose
+            # kernel still answers, is the leases' own idle timeout's to notice: streaming_jobs.lake.lease.)
+            "tcp_keepalives_idle": 10,
+            "tcp_keepalives_interval": 5,
+            "tcp_keepalives_count": 3,
+            "tcp_user_timeout": 25000,
         }
         args = [str(self.settings.pg_bin_dir / "postgres"), "-D", str(self.data_dir)]
         for key, value in settings.items():

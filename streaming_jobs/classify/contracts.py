@@ -126,7 +126,12 @@ def violation(contract: Contract, raw: Column, parsed: Column) -> Column:
         (parsed[CORRUPT].isNotNull(), rejected),
     ]
     for name in schema.get("required", []):
-        checks.append((parsed[name].isNull(), f"missing field $.{name}"))
+        if _allows_null(properties.get(name, {})):
+            # Present is enough, as JSON Schema reads `required`; this costs a second parse, so only here.
+            present = F.array_contains(F.json_object_keys(raw), F.lit(name))
+            checks.append((~present, f"missing field $.{name}"))
+        else:
+            checks.append((parsed[name].isNull(), f"missing field $.{name}"))
     if schema.get("additionalProperties") is False:
         extra = F.array_except(F.json_object_keys(raw), F.array(*[F.lit(p) for p in properties]))
         checks.append((F.size(extra) > 0, F.concat(F.lit("unexpected field(s) "), F.array_join(extra, ", "))))
@@ -150,3 +155,9 @@ def violation(contract: Contract, raw: Column, parsed: Column) -> Column:
     return F.coalesce(
         *[F.when(bad, message if isinstance(message, Column) else F.lit(message)) for bad, message in checks]
     )
+
+
+def _allows_null(rules: Mapping[str, Any]) -> bool:
+    """Whether a property's schema takes null (`"type": ["string", "null"]`)."""
+    kind = rules.get("type")
+    return kind == "null" or (isinstance(kind, list) and "null" in kind)

@@ -9,12 +9,18 @@ in turn, and only one of them ever computes version N.
 
 The lease is a session-level advisory lock (`pg_advisory_lock`) on a connection of its own: Postgres
 releases it when the session ends, so a writer that crashes or is killed hands over at once, and nothing
-on the lake (no lock file an object store could not make atomic) has to be cleaned up. The remaining window:
-a writer whose Postgres session is cut *during* its commit while it still runs. Its lease is then gone, a
-second writer may take it and commit, and the first learns of it when it lets go: it fails loudly
-(`LeaseLostError`); a streaming job restarts its query (streaming_jobs.run.runner) and re-reads what the
-table holds. Keepalives bound how long Postgres
-takes to notice a silent peer.
+on the lake (no lock file an object store could not make atomic) has to be cleaned up.
+
+A writer that neither ends nor works (its host cut off, its process frozen, its machine hung) would keep the
+session, and so the lease, for the kernel's two hours: TCP keepalives do not notice a frozen process, whose
+kernel still answers them. So the lease's session ends itself after IDLE_TIMEOUT_S without a query
+(Postgres' `idle_session_timeout`), and a thread of the holder's process runs one every HEARTBEAT_S: a live
+holder keeps its lease through a batch of any length, a silent one loses it within IDLE_TIMEOUT_S, and the
+next writer takes over. The writer that was silent learns of it before it commits: `ensure_held` (called
+right before a batch's Delta commits) and the release both check that the session still holds the lease,
+and fail loudly (`LeaseLostError`) if not; a streaming job then restarts its query (streaming_jobs.run.
+runner) and re-reads what the table holds. The window left is the commit itself: a writer frozen between
+`ensure_held` and the end of its Delta write, for longer than IDLE_TIMEOUT_S, while another writer commits.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ from streaming_jobs.lake.paths import LakePath
 log = logging.getLogger(__name__)
 
 NAMESPACE = 0x63647063  # pg_advisory_lock(namespace, key): 'cdpc', apart from the relay's leader locks
+IDLE_TIMEOUT_S = 20  # a lease's session ends after this long without a query: a silent holder's lease goes
+HEARTBEAT_S = 5.0  # how often a holder's process queries each lease session it holds
+LOCK_WAIT_STEP_S = 5  # a waiter says again who holds the lease this often, until the writer's lease_wait_s
+# Whether this session holds the advisory lock (namespace, key).
+_HOLDS = (
+    "SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
+    "pid = pg_backend_pid() AND classid = %s::oid AND objid = %s::oid"
+)
 
 
 class LeaseLostError(StreamingError):
@@ -45,6 +59,10 @@ class LeaseLostError(StreamingError):
 
 class LeaseUnavailableError(StreamingError):
     """The Postgres of the writer leases cannot be reached: no writer may start a write."""
+
+
+class LeaseWaitError(StreamingError):
+    """Another writer held the table's lease for longer than this writer's `lease_wait_s`."""
 
 
 def lease_key(table: LakePath) -> int:
@@ -64,11 +82,13 @@ def _connect(table: LakePath, holder: str) -> psycopg.Connection[Any]:
             dsn,
             autocommit=True,
             application_name=f"cdcpipe {holder}"[:63],
-            # Postgres notices a writer that went silent (a cut network, a frozen machine) within about 25 s.
+            # This side notices a Postgres that went silent (a cut network) within about 25 s.
             keepalives=1,
             keepalives_idle=10,
             keepalives_interval=5,
             keepalives_count=3,
+            # Postgres ends the session of a holder that went silent: see the module's docstring.
+            options=f"-c idle_session_timeout={IDLE_TIMEOUT_S * 1000}",
         )
     except psycopg.OperationalError as exc:
         raise LeaseUnavailableError(
@@ -125,10 +145,7 @@ def table_lock(table: LakePath, holder: str, *, compaction: bool = False) -> Ite
     conn, row = _try_lock(table, holder, key)
     try:
         if not (row and row[0]):
-            log.info("waiting for %s's writer lease, held by %s", table, holder_of(conn, key) or "another writer")
-            started = time.monotonic()
-            conn.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, key))
-            log.info("got %s's writer lease after %.1f s", table, time.monotonic() - started)
+            _wait(conn, table, key)
     except BaseException:
         conn.close()
         raise
@@ -136,10 +153,85 @@ def table_lock(table: LakePath, holder: str, *, compaction: bool = False) -> Ite
     with _GUARD:
         _count(held, compaction, +1)
         _HELD.setdefault(key, held)  # a thread of this process that took it meanwhile keeps its own
+        _start_heartbeat()
     try:
         yield
     finally:
         _let_go(table, holder, key, held, compaction)
+
+
+def _wait(conn: psycopg.Connection[Any], table: LakePath, key: int) -> None:
+    """Queue for the lease, saying who holds it every LOCK_WAIT_STEP_S, until the writer's lease_wait_s is up."""
+    limit = table.access.lease_wait_s if table.access else 900.0
+    started = time.monotonic()
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{LOCK_WAIT_STEP_S}s",))
+    try:
+        while True:
+            holder = holder_of(conn, key) or "another writer"
+            waited = time.monotonic() - started
+            if waited >= limit:
+                raise LeaseWaitError(
+                    f"{table}: waited {waited:.0f} s for the writer lease, held by {holder}: raise lease_wait_s "
+                    "(CDCPIPE_LEASE_WAIT_S) if that writer is only slow, or stop it (`cdcpipe jobs status` shows "
+                    f"what runs; a writer whose host died loses the lease within {IDLE_TIMEOUT_S} s)"
+                )
+            log.info("waiting for %s's writer lease, held by %s (%.0f s so far)", table, holder, waited)
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, key))
+            except psycopg.errors.LockNotAvailable:
+                continue
+            log.info("got %s's writer lease after %.1f s", table, time.monotonic() - started)
+            return
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT set_config('lock_timeout', '0', false)")
+
+
+def ensure_held(table: LakePath, holder: str) -> None:
+    """Right before a commit: fail (`LeaseLostError`) unless this process still holds the table's lease."""
+    key = lease_key(table)
+    with _GUARD:
+        held = _HELD.get(key)
+    if held is None:
+        raise LeaseLostError(f"{table}: {holder} is about to commit without holding the writer lease")
+    try:
+        row = held.conn.execute(_HOLDS, (NAMESPACE & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    except psycopg.OperationalError as exc:
+        raise LeaseLostError(
+            f"{table}: the writer lease's Postgres session ended before {holder} committed ({_first(exc)}); "
+            "nothing was committed. Restart it: the table's applied offsets say what it holds"
+        ) from exc
+    if not (row and row[0]):
+        raise LeaseLostError(f"{table}: {holder} no longer holds the writer lease; nothing was committed")
+
+
+def _first(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+_heartbeat: threading.Thread | None = None
+
+
+def _start_heartbeat() -> None:
+    """Start (once per process, under _GUARD) the thread that keeps this process's lease sessions from idling out."""
+    global _heartbeat
+    if _heartbeat is None or not _heartbeat.is_alive():
+        _heartbeat = threading.Thread(target=_beat, name="cdcpipe-lease-heartbeat", daemon=True)
+        _heartbeat.start()
+
+
+def _beat() -> None:
+    while True:
+        time.sleep(HEARTBEAT_S)
+        with _GUARD:
+            sessions = [held.conn for held in _HELD.values()]
+        for conn in sessions:
+            if conn.closed:
+                continue  # let go of meanwhile
+            try:
+                conn.execute("SELECT 1")
+            except psycopg.Error as exc:  # lost: the holder's ensure_held or release says so, where it matters
+                log.warning("a writer lease's Postgres session failed its heartbeat: %s", _first(exc))
 
 
 def _try_lock(table: LakePath, holder: str, key: int) -> tuple[psycopg.Connection[Any], Any]:
@@ -188,11 +280,7 @@ def _let_go(table: LakePath, holder: str, key: int, held: _Held, compaction: boo
         if last:
             row = held.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (NAMESPACE, key)).fetchone()
         else:
-            row = held.conn.execute(
-                "SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND "
-                "pid = pg_backend_pid() AND classid = %s::oid AND objid = %s::oid",
-                (NAMESPACE & 0xFFFFFFFF, key & 0xFFFFFFFF),
-            ).fetchone()
+            row = held.conn.execute(_HOLDS, (NAMESPACE & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
     except BaseException as exc:
         if last:
             held.conn.close()

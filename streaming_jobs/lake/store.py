@@ -130,3 +130,4 @@ class LakeAccess:
 
     store: ObjectStoreSettings
     lease_dsn: str | None = None
+    lease_wait_s: float = 900.0  # how long a writer waits for the lease another holds

@@ -23,7 +23,7 @@ from streaming_jobs.classify import outbox_events, table_changes
 from streaming_jobs.config import SparkSettings
 from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS
-from streaming_jobs.lake.lease import table_lock
+from streaming_jobs.lake.lease import ensure_held, table_lock
 from streaming_jobs.once import applied, poison
 from streaming_jobs.once.event_ids import Record
 from streaming_jobs.once.resent import drop_resent
@@ -130,9 +130,10 @@ def handle_batch(
     them: its stream classifies, so Spark analyses the classification once, not on every batch.
     """
     coordinates = CLASSIFIED if classified else RAW
+    holder = f"job {ctx.job.name} batch {ctx.batch_id}"
     with ExitStack() as lease:
         with ctx.step("lease"):
-            lease.enter_context(table_lock(ctx.table, holder=f"job {ctx.job.name} batch {ctx.batch_id}"))
+            lease.enter_context(table_lock(ctx.table, holder=holder))
         with ctx.step("offsets"):
             held = applied.read(ctx.table)
             ranges = dict(covered) if covered is not None else record_ranges(records, coordinates)
@@ -163,10 +164,13 @@ def handle_batch(
                     write_dead_letters(events, ctx)
             with ctx.step("resent"):
                 valid = events if ctx.job.kind == "event_log" else drop_resent(events, ctx)
+            # The commit below records the offsets read under this lease: never after another writer took it.
+            ensure_held(ctx.table, holder)
             done, poisoned = poison.apply(HANDLERS[ctx.job.kind], valid, ctx)
         finally:
             events.unpersist()
         with ctx.step("after"):
             if not applied.read(ctx.table).covers(ranges):
+                ensure_held(ctx.table, holder)
                 record_only(ctx)
         return done, dead + poisoned

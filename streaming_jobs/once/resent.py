@@ -30,10 +30,11 @@ def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
     chosen = choose(valid, ctx, before)
     recorded = _recorded(ctx, before)
     if not recorded.covers(ctx.ranges):  # else an attempt of this batch that crashed recorded them already
+        ids = without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop)
+        if ctx.superseded is not None:  # a reduced range: the ids of the events it dropped as superseded too
+            ids = ids.unionByName(ctx.superseded.select(*RECORD_COLUMNS))
         with commit_metadata(ctx.spark, recorded.plus(ctx.ranges).with_topics(ctx.topics).metadata()):
-            without(valid.select(*RECORD_COLUMNS), ctx, chosen.drop).write.format("delta").mode("append").save(
-                str(table)
-            )
+            ids.write.format("delta").mode("append").save(str(table))
     remember(ctx, before, chosen)
     return without(events, ctx, chosen.drop)
 
@@ -107,7 +108,7 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     ):
         memory.advance(version)
     if memory is not None and not memory.answers(version, ctx.ranges):
-        rows = [] if version < 0 else _recent(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
+        rows = [] if version < 0 else recent_ids(ctx).select(*RECORD_COLUMNS).toArrow().to_pylist()
         memory.load(version, memory.floors(ctx.ranges), [_record_of(r) for r in rows])
     if version < 0:
         return set()  # no table yet
@@ -117,14 +118,16 @@ def _held(ctx: BatchContext, valid: DataFrame, version: int, records: list[Recor
     # neither shuffled nor sorted; only the ids found there (usually none) come back.
     # An id found at the position of one of the batch's own records is that record's, recorded by an attempt
     # of this batch that crashed before its table's write (`drop_resent`): not a copy.
-    present = _recent(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+    present = (
+        recent_ids(ctx).select(*RECORD_COLUMNS).join(F.broadcast(valid.select("event_id")), "event_id", "left_semi")
+    )
     own = {(tp, offset) for tp, offset, _ in records}
     return {
         event_id for tp, offset, event_id in map(_record_of, present.toArrow().to_pylist()) if (tp, offset) not in own
     }
 
 
-def _recent(ctx: BatchContext) -> DataFrame:
+def recent_ids(ctx: BatchContext) -> DataFrame:
     """The applied ids a batch's are looked for among: its partitions' last records (all, without a look-back)."""
     seen = ctx.spark.read.format("delta").load(str(ctx.event_ids_table))
     lookback = ctx.job.dedupe_lookback_records

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.classify.contracts import checked_registry
@@ -39,7 +41,8 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import TopicIdentity
 from streaming_jobs.once.batch import handle_batch
-from streaming_jobs.ranges.positions import Offsets, Range
+from streaming_jobs.once.resent import recent_ids
+from streaming_jobs.ranges.positions import Offsets, Partition, Range
 from streaming_jobs.ranges.progress import Progress
 from streaming_jobs.ranges.reduce import Reduced, Task
 from streaming_jobs.sinks.context import BatchContext
@@ -192,6 +195,7 @@ def _apply_reduced(
                 if not pending:
                     break
                 share = max(1, chunk_size // len(pending))
+                held_ids = _write_held_ids(spark, spec, where, identity, scratch, {tp: at[tp] for tp in pending})
                 tasks = [
                     Task(
                         settings.kafka.properties(),
@@ -203,6 +207,7 @@ def _apply_reduced(
                         str(scratch),
                         str(logs),
                         contracts,
+                        held_ids.get((t, p)),
                     )
                     for t, p in pending
                 ]
@@ -211,20 +216,64 @@ def _apply_reduced(
                 # round, and a rerun (which starts past what the table holds) never reuses a committed one
                 # for other records, as a round count would once held offsets are skipped.
                 version = sum(at[tp] - span.start[tp] for tp in at)
-                ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, version, topics=topics)
+                superseded = [r.superseded for r in reduced if r.superseded]
+                ctx = BatchContext(
+                    spark,
+                    spec,
+                    where.table,
+                    where.dead_letters,
+                    identity,
+                    version,
+                    topics=topics,
+                    superseded=spark.read.parquet(*superseded) if superseded else None,
+                )
                 covered = {(r.topic, r.partition): (r.start, r.stopped) for r in reduced}
                 done, bad = handle_batch(_kept(spark, reduced), ctx, registry, covered)
                 total, dead, rounds = total + done, dead + bad, rounds + 1
                 for r in reduced:
                     at[(r.topic, r.partition)] = r.stopped
-                    if r.file:
-                        LakePath.of(r.file, scratch.access).delete()
+                    for file in (r.file, r.superseded, held_ids.get((r.topic, r.partition))):
+                        if file:
+                            LakePath.of(file, scratch.access).delete()
     finally:
         scratch.delete_tree()
         shutil.rmtree(logs, ignore_errors=True)
     if progress is not None:
         progress.finish()
     return Outcome(span, total, dead, rounds, time.monotonic() - started)
+
+
+def _write_held_ids(
+    spark: SparkSession,
+    spec: JobSpec,
+    where: Location,
+    identity: str,
+    scratch: LakePath,
+    starts: Mapping[Partition, int],
+) -> dict[Partition, str]:
+    """Per partition, a file of the event ids the table applied in the look-back before its start (none: no file).
+
+    A worker drops a record with one of these ids as a resent copy: kept, it could supersede a newer event of
+    its key in the range and then be dropped by Spark as the copy it is, taking that newer event with it.
+    """
+    ctx = BatchContext(
+        spark, spec, where.table, where.dead_letters, identity, 0, ranges={tp: (s, s) for tp, s in starts.items()}
+    )
+    if applied.newest_version(ctx.event_ids_table) < 0:
+        return {}
+    rows = recent_ids(ctx).select("topic", "kafka_partition", "event_id").toArrow().to_pylist()
+    by_partition: dict[Partition, list[str]] = {}
+    for row in rows:
+        by_partition.setdefault((str(row["topic"]), int(row["kafka_partition"])), []).append(str(row["event_id"]))
+    files = {}
+    for (topic, partition), ids in by_partition.items():
+        if (topic, partition) not in starts:
+            continue
+        target = scratch / f"{topic}-{partition}-{starts[(topic, partition)]}-held.parquet"
+        filesystem, path = target.filesystem()
+        pq.write_table(pa.table({"event_id": pa.array(ids, pa.string())}), path, filesystem=filesystem)
+        files[(topic, partition)] = str(target)
+    return files
 
 
 def _run_worker(task: Task, report: Callable[[Offsets], None]) -> Reduced:

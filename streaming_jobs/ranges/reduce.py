@@ -6,7 +6,13 @@ one worker process per partition reads its range with the plain Kafka client and
 newest record that surely passes the job's checks (streaming_jobs.classify.python_prefilter), plus every record it is
 not sure of. Spark then applies that remainder with the job's own logic (classification, dead letters,
 MERGE), so the table and the dead letters come out as if Spark had read every record: a dropped record is
-surely valid and superseded by a newer surely valid record of its key.
+surely valid and superseded by a newer surely valid record of its key, or a copy (its event id came earlier in
+the range: a publisher resent it).
+
+A superseded record's event id is still one the table has applied: a resend of it, later, must be dropped, or it
+would set its key back to an older state. So the worker also leaves the ids of the records it dropped as
+superseded (`SUPERSEDED_SCHEMA`), and they are recorded in `<table>_event_ids` beside the ids of the records
+Spark applies (streaming_jobs.once.resent).
 
 A worker is `python -m streaming_jobs.ranges.reduce`, its task as JSON on stdin: plain Python, no pyspark, no
 JVM, and no re-import of the caller's main module (which multiprocessing's spawn would do). It prints
@@ -55,6 +61,12 @@ KAFKA_SCHEMA = pa.schema(
 )
 
 
+# The ids of the records a worker dropped as superseded, with their coordinates (an event_ids.Record).
+SUPERSEDED_SCHEMA = pa.schema(
+    [("topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()), ("event_id", pa.string())]
+)
+
+
 @dataclass(frozen=True)
 class Task:
     """One partition's [start, end), read until the end or until `keep` records are kept."""
@@ -68,11 +80,17 @@ class Task:
     folder: str  # where the kept records go: in the lake, for executors anywhere to read
     logs: str  # a local folder for the worker's own files
     contracts: tuple[tuple[str, int, Mapping[str, Any]], ...]
+    # A Parquet file of the event ids the table applied in the partition's look-back before `start` (column
+    # event_id): a record with one of them is a resent copy, never the newest of its key.
+    held_ids: str | None = None
 
 
 @dataclass(frozen=True)
 class Reduced:
-    """What a task read ([start, stopped)) and what it kept, in `file` (None when it kept nothing)."""
+    """What a task read ([start, stopped)) and what it kept, in `file` (None when it kept nothing).
+
+    `superseded`: the file of the ids of the records it dropped as superseded (None when it dropped none).
+    """
 
     topic: str
     partition: int
@@ -81,6 +99,7 @@ class Reduced:
     read: int
     kept: int
     file: str | None
+    superseded: str | None = None
 
 
 def _report(offset: int) -> None:
@@ -104,8 +123,11 @@ def reduce_partition(task: Task) -> Reduced:
             "queued.max.messages.kbytes": 256 << 10,
         }
     )
-    newest: dict[bytes, Message] = {}
+    newest: dict[bytes, tuple[Message, bytes]] = {}  # by key: its newest surely valid record, and its event id
     suspects: list[Message] = []
+    superseded: list[tuple[int, bytes]] = []  # (offset, event id) of each surely valid record a newer one replaced
+    # The event ids applied before the range, and those read so far: a record with one of them is a resent copy.
+    seen: set[bytes] = _held_ids(task.held_ids) if task.held_ids else set()
     position, read = task.start, 0
     where = f"{task.topic}[{task.partition}]"
     try:
@@ -138,10 +160,20 @@ def reduce_partition(task: Task) -> Reduced:
                 position = offset + 1
                 read += 1
                 key = message.key()
-                if key is not None and surely(key, message.value(), _headers(message)):
-                    newest[key] = message  # the partition is read in order: a later offset supersedes
+                headers = _headers(message)
+                event_id = _event_id(headers)
+                if event_id is not None and event_id in seen:
+                    pass  # a copy of an event earlier in the range, which is applied (or superseded) once already
+                elif key is not None and surely(key, message.value(), headers):
+                    assert event_id is not None  # noqa: S101 - a surely valid record has exactly one id header
+                    previous = newest.get(key)
+                    if previous is not None:
+                        superseded.append((previous[0].offset() or 0, previous[1]))
+                    newest[key] = (message, event_id)  # the partition is read in order: a later offset supersedes
                 else:
                     suspects.append(message)
+                if event_id is not None:
+                    seen.add(event_id)
                 if read % PROGRESS_EVERY == 0:
                     _report(position)
                 if len(newest) + len(suspects) >= task.keep:
@@ -149,9 +181,37 @@ def reduce_partition(task: Task) -> Reduced:
     finally:
         consumer.close()
     _report(position)
-    kept = [*newest.values(), *suspects]
+    kept = [*(message for message, _ in newest.values()), *suspects]
     file = _write(task, kept) if kept else None
-    return Reduced(task.topic, task.partition, task.start, position, read, len(kept), file)
+    ids = _write_superseded(task, superseded) if superseded else None
+    return Reduced(task.topic, task.partition, task.start, position, read, len(kept), file, ids)
+
+
+def _held_ids(file: str) -> set[bytes]:
+    filesystem, path = LakePath.of(file).filesystem()
+    ids = pq.read_table(path, filesystem=filesystem, columns=["event_id"]).column("event_id").to_pylist()
+    return {str(event_id).encode() for event_id in ids if event_id is not None}
+
+
+def _event_id(headers: list[tuple[str, bytes | None]]) -> bytes | None:
+    """The record's event id as Spark reads it: the last `id` header."""
+    return next((value for name, value in reversed(headers) if name == "id"), None)
+
+
+def _write_superseded(task: Task, superseded: list[tuple[int, bytes]]) -> str:
+    table = pa.table(
+        {
+            "topic": [task.topic] * len(superseded),
+            "kafka_partition": [task.partition] * len(superseded),
+            "kafka_offset": [offset for offset, _ in superseded],
+            "event_id": [event_id.decode(errors="replace") for _, event_id in superseded],
+        },
+        schema=SUPERSEDED_SCHEMA,
+    )
+    target = LakePath.of(task.folder) / f"{task.topic}-{task.partition}-{task.start}-superseded.parquet"
+    filesystem, path = target.filesystem()
+    pq.write_table(table, path, filesystem=filesystem)
+    return str(target)
 
 
 def _headers(message: Message) -> list[tuple[str, bytes | None]]:

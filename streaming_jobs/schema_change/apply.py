@@ -36,9 +36,12 @@ SCHEMA_TEXT = "_schema_text"
 SHAPE = "_shape"
 _ENVELOPE = '{"schema":'
 _PAYLOAD = ',"payload":'
+# By the names as they are, not through to_regclass, which folds an unquoted name to lower case: the contract's
+# table `public.MyOrders` is the relation "MyOrders", not myorders.
 _LIVE_COLUMNS = """
-SELECT attname, attnum FROM pg_attribute
-WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped
+SELECT a.attname, a.attnum FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
 """
 
 
@@ -55,16 +58,34 @@ def with_shape(records: DataFrame) -> DataFrame:
     return records.withColumn(SCHEMA_TEXT, text).withColumn(SHAPE, F.xxhash64(F.col(SCHEMA_TEXT)))
 
 
-def observed(records: DataFrame) -> list[tuple[int | None, str | None]]:
-    """Each shape in the batch (hash, schema text; None, None for changes without a schema), oldest first."""
+@dataclass(frozen=True)
+class Observed:
+    """What a batch's changes carry: their shapes, and the fields of their Kafka keys.
+
+    `shapes`: (hash, schema text; None, None without a schema), oldest first. `keys`: each set of fields the
+    changes' Kafka keys have: the source's primary key, as Debezium keys a change.
+    """
+
+    shapes: list[tuple[int | None, str | None]]
+    keys: frozenset[tuple[str, ...]]
+
+
+def observed(records: DataFrame) -> Observed:
+    """The batch's shapes and key field sets, in the one aggregation the batch pays for them."""
+    key_fields = F.array_join(F.array_sort(F.json_object_keys(F.col("key").cast("string"))), ",")
     rows = (
         records.where(F.col("value").isNotNull())
         .groupBy(F.when(F.col(SCHEMA_TEXT).isNotNull(), F.col(SHAPE)).alias(SHAPE))
-        .agg(F.first(SCHEMA_TEXT).alias(SCHEMA_TEXT), F.min("offset").alias("first"))
+        .agg(
+            F.first(SCHEMA_TEXT).alias(SCHEMA_TEXT),
+            F.min("offset").alias("first"),
+            F.collect_set(key_fields).alias("keys"),
+        )
         .orderBy("first")
         .collect()
     )
-    return [(r[SHAPE], r[SCHEMA_TEXT]) for r in rows]
+    keys = frozenset(tuple(k.split(",")) for r in rows for k in r["keys"] if k)
+    return Observed([(r[SHAPE], r[SCHEMA_TEXT]) for r in rows], keys)
 
 
 @cache
@@ -96,7 +117,9 @@ def _catalog(dsn: str | None, table: str) -> dict[str, int]:
         return {}
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            return {str(name): int(num) for name, num in conn.execute(_LIVE_COLUMNS, (table,)).fetchall()}
+            schema, _, name = table.partition(".")
+            rows = conn.execute(_LIVE_COLUMNS, (schema, name)).fetchall()
+            return {str(column): int(num) for column, num in rows}
     except psycopg.Error as exc:
         log.warning("schema change of %s: cannot read the source catalog (%s): renames read as drop + add", table, exc)
         return {}
@@ -134,12 +157,16 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
     for op in operations:
         column = _quoted(op.column)
+        # `columns` follows each operation: a column moved aside (renamed) and then added again by the same name.
         if op.kind == "add" and op.column not in columns:
             spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({column} {op.type})")
+            columns[op.column] = op.type or ""
         elif op.kind == "drop" and op.column in columns:
             spark.sql(f"ALTER TABLE {name} DROP COLUMN {column}")
+            del columns[op.column]
         elif op.kind == "rename" and op.column in columns and op.new_name not in columns:
             spark.sql(f"ALTER TABLE {name} RENAME COLUMN {column} TO {_quoted(op.new_name or op.column)}")
+            columns[op.new_name or op.column] = columns.pop(op.column)
         elif op.kind == "widen" and columns.get(op.column) != op.type:
             spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {op.type}")
     rewrites = [op for op in operations if op.kind == "rewrite" and columns.get(op.column) != op.type]
@@ -161,7 +188,7 @@ def reconcile(
     job: JobSpec,
     table: LakePath,
     contract: TableContract,
-    shapes: list[tuple[int | None, str | None]],
+    seen: Observed,
     source_dsn: Callable[[], str | None],
     own: bool = True,
 ) -> tuple[TableContract, dict[int | None, Plan]]:
@@ -170,11 +197,13 @@ def reconcile(
     Shapes are taken oldest first, each against the contract as the ones before it left it. A table that
     has no contract of its own yet (`own` False: a new table, a replay's) starts at the contract version its
     oldest changes have, when the contract file kept it: a replay walks the changes again, not backwards.
-    Raises SchemaChangeError when the policy says stop.
+    Raises SchemaChangeError when the policy says stop, or when the changes are keyed on other columns than the
+    contract's primary key.
     """
     plans: dict[int | None, Plan] = {}
     renamed: list[tuple[int | None, Mapping[str, str]]] = []  # each evolution's renames, after the shapes seen so far
-    for shape_hash, text in shapes:
+    keys = {tuple(sorted(contract.primary_key))}  # the key under each contract version the batch goes through
+    for shape_hash, text in seen.shapes:
         shape = contract_shape(contract) if text is None else _parsed(text)
         if not shape.described:
             plans[shape_hash] = Plan(shape)
@@ -199,11 +228,29 @@ def reconcile(
             )
             _apply_operations(spark, table, decision.operations)
             contract = _save(table, contract, decision)
+            keys.add(tuple(sorted(contract.primary_key)))
             renamed.append(
                 (shape_hash, {c.column: c.new_name or c.column for c in decision.changes if c.kind == "renamed"})
             )
         plans[shape_hash] = Plan(shape)
+    _check_key(job, contract, seen.keys - keys)
     return contract, {h: replace(p, names=_names_now(h, list(plans), renamed)) for h, p in plans.items()}
+
+
+def _check_key(job: JobSpec, contract: TableContract, other: frozenset[tuple[str, ...]]) -> None:
+    """Stop when changes are keyed on other columns than the contract's key: the source's primary key changed.
+
+    A mirror would merge them on the old key (rows collapsing) and a history would version them on it.
+    """
+    if not other:
+        return
+    seen = "; ".join(str(list(k)) for k in sorted(other))
+    raise SchemaChangeError(
+        f"job {job.name}: table {contract.table} ({contract.path}): the source's primary key changed: changes now "
+        f"come keyed on {seen}, the contract's key is {list(contract.primary_key)}. Stopped; nothing of this batch "
+        f"was written. A mirror and a history key on it: bring the contract up to date (`cdcpipe schema tables "
+        f"import {contract.table}`) and rebuild the table with `cdcpipe jobs replay {job.name} --swap`."
+    )
 
 
 def _version_of(contract: TableContract, shape: Shape) -> TableContract:

@@ -86,6 +86,8 @@ def compare(contract: TableContract, shape: Shape, renames: Mapping[str, str]) -
             compatible = widens(spark_type(old), spark_type(new)) and old.is_array == new.is_array
             if old.is_array and spark_type(old) != spark_type(new):
                 compatible = False  # an array's element type is not widened in place
+            if not compatible and old.is_array == new.is_array and widens(spark_type(new), spark_type(old)):
+                continue  # narrower at the source (int8 -> int4): the contract's wider column holds every value
             changes.append(Change("widened" if compatible else "incompatible", now, str(old), str(new)))
     renamed_to = set(renames.values())
     for f in shape.fields:
@@ -168,7 +170,13 @@ def decide(
             rules = json_schema(f.pg, True, list(f.enum) if f.enum else None)
             if change.column in attnums:
                 rules["x-attnum"] = attnums[change.column]
-            properties.pop(change.column, None)  # a column dropped earlier and kept, now back
+            if change.column in properties:
+                # Dropped earlier and kept, now added again: a new column at the source, NULL in every row it
+                # has, maybe of another type. The kept values move aside (a history keeps what the rows held),
+                # and the column starts empty, as the source's did.
+                kept = f"{change.column}__dropped_v{contract.version}"
+                properties = {kept if k == change.column else k: v for k, v in properties.items()}
+                operations.append(Operation("rename", change.column, new_name=kept))
             properties[change.column] = rules
             operations.append(Operation("add", change.column, spark_type(f.pg).simpleString()))
         elif change.kind == "dropped":

@@ -100,6 +100,8 @@ class BatchContext:
     # The batch's valid records (position, event id), brought to the driver once with its dead-letter count.
     records: list[Record] | None = None
     phases: Phases | None = None  # where the batch's time goes (a streaming job's batches)
+    # A reduced range's records dropped as superseded (RECORD_COLUMNS): their ids are the table's too.
+    superseded: DataFrame | None = None
 
     @property
     def marker(self) -> tuple[str, int]:

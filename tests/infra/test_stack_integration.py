@@ -208,6 +208,18 @@ def test_env_exports_wire_a_tool_to_the_stack(stack: Stack) -> None:
         env={"PATH": "/usr/bin:/bin"},
     )
     assert shell.stdout.strip() == "42", shell.stderr
+    # ... and Kafka with kcat as the docs show it: the stack's kcat comes first on PATH (Debian's fails SCRAM).
+    kcat = subprocess.run(
+        ["bash", "-c", f'{exports}\ncommand -v kcat; kcat -F "$CDCPIPE_KAFKA_CONFIG" -L -m 10'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert kcat.stdout.splitlines()[0] == str(stack.home / "bin" / "kcat"), kcat.stdout + kcat.stderr
+    assert kcat.returncode == 0, kcat.stderr
+    assert "1 brokers:" in kcat.stdout, kcat.stdout
 
 
 @pytest.mark.parametrize("service", ["kafka", "connect", "s3"])

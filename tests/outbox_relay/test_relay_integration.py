@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 
 from outbox_relay import sql as relay_sql
 from outbox_relay.errors import RelayError
+from outbox_relay.leader import HEARTBEAT_S, IDLE_TIMEOUT_S
 from outbox_relay.relay import Relay
 from outbox_relay.sql import backlog_sql, take, take_after_sql, take_sql
 from schemas import outbox as schema_outbox
@@ -277,7 +278,19 @@ def leader_pid(outbox: Outbox) -> int | None:
     return int(row[0].split(":")[1]) if row else None
 
 
-def test_a_standby_takes_over_within_seconds_when_the_leader_dies(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fault", "bound_s"),
+    [
+        # Killed: its session ends with it, and a standby takes over at its next try.
+        ("dies", 15.0),
+        # Frozen (SIGSTOP; a hung host alike): its kernel still answers TCP keepalives, so only the leader
+        # session's idle timeout ends it.
+        ("freezes", IDLE_TIMEOUT_S + HEARTBEAT_S + 10.0),
+    ],
+)
+def test_a_standby_takes_over_within_its_bound_when_the_leader_dies_or_freezes(
+    stack: Stack, outbox: Outbox, tmp_path: Path, fault: str, bound_s: float
+) -> None:
     first = relay_process(stack, outbox, tmp_path / "first.log")
     wait_until(lambda: leader_pid(outbox) == first.pid, 30, "the first relay to lead")
     second = relay_process(stack, outbox, tmp_path / "second.log")
@@ -286,21 +299,30 @@ def test_a_standby_takes_over_within_seconds_when_the_leader_dies(stack: Stack, 
         assert leader_pid(outbox) == first.pid, "the standby must not publish while the leader lives"
         ids = outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(500)])
         wait_until(lambda: outbox.count() == 0, 30, "the leader to publish")
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-        killed_at = time.monotonic()
-        wait_until(lambda: leader_pid(outbox) == second.pid, 15, "the standby to take over")
-        takeover_s = time.monotonic() - killed_at
+        if fault == "dies":
+            first.send_signal(signal.SIGKILL)
+            first.wait(10)
+        else:
+            first.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        wait_until(lambda: leader_pid(outbox) == second.pid, bound_s, "the standby to take over")
+        takeover_s = time.monotonic() - stopped_at
         ids += outbox.insert([("order", f"o-{i % 5}", "OrderPlaced", {"n": i}) for i in range(500, 1000)])
         wait_until(lambda: outbox.count() == 0, 30, "the new leader to publish")
+        if fault == "freezes":
+            # Woken, the old leader finds its session gone and waits as a standby: one leader, never two.
+            first.send_signal(signal.SIGCONT)
+            wait_until(lambda: "standby for" in (tmp_path / "first.log").read_text(), 30, "the old leader to stand by")
+            assert leader_pid(outbox) == second.pid
     finally:
         for p in (first, second):
+            p.send_signal(signal.SIGCONT)
             p.terminate()
             p.wait(30)
     records = read_topics(stack.kafka_config(), [outbox.topic("order")], 1000, timeout_s=60)
     assert {r.headers["id"].decode() for r in records} == set(ids)
     assert "standby for" in (tmp_path / "second.log").read_text()
-    sys.stderr.write(f"standby took over {takeover_s:.1f}s after the leader was killed\n")
+    sys.stderr.write(f"standby took over {takeover_s:.1f}s after the leader {fault}\n")
 
 
 def test_rows_that_can_never_be_published_become_dead_letters_and_the_rest_flows(stack: Stack, outbox: Outbox) -> None:

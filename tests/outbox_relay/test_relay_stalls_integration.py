@@ -39,31 +39,57 @@ def relay_cli(stack: Stack, outbox: Outbox, *args: str) -> Any:
     return cdcpipe("relay", *args, env=env, timeout=120)
 
 
-def test_a_missing_topic_stalls_publishing_loudly_and_nothing_is_dead_lettered(stack: Stack, outbox: Outbox) -> None:
-    rows: list[tuple[str, str, str, object]] = [
-        ("order", "o-1", "OrderPlaced", {"n": 0}),
-        ("invoice", "i-1", "InvoiceSent", {"n": 1}),
-        *(("order", "o-1", "OrderPlaced", {"n": n}) for n in range(2, 6)),
-    ]
+def test_a_missing_topic_holds_only_its_own_events_loudly_and_every_other_topic_flows(
+    stack: Stack, outbox: Outbox
+) -> None:
+    """Events for two topics nobody created, interleaved with an existing topic's: only theirs wait, in order."""
+    rows: list[tuple[str, str, str, object]] = []
+    for n in range(30):
+        rows.append(("order", f"o-{n % 3}", "OrderPlaced", {"n": n}))
+        if n % 3 == 0:
+            rows.append(("invoice", f"i-{n % 2}", "InvoiceSent", {"n": n}))
+        if n % 5 == 0:
+            rows.append(("refund", "r-1", "RefundIssued", {"n": n}))
     ids = outbox.insert(rows)
-    invoice_topic = outbox.topic("invoice")  # nobody created it
+    by_type = {
+        kind: [i for i, r in zip(ids, rows, strict=True) if r[0] == kind] for kind in ("order", "invoice", "refund")
+    }
+    create_topics(stack.kafka_config(), [outbox.topic("order")])
+    invoice_topic, refund_topic = outbox.topic("invoice"), outbox.topic("refund")  # nobody created them
     with relay_thread(outbox.relay_settings(stack, backoff_max_s=1.0), outbox) as relay:
         wait_stalled(relay, invoice_topic)
+        wait_stalled(relay, refund_topic)
+        # The existing topic's events leave at once, in order; the stalled topics' wait, nothing dead-lettered.
+        waiting = len(by_type["invoice"]) + len(by_type["refund"])
+        wait_until(lambda: outbox.count() == waiting, 30, "every order event to leave past the stalled ones")
+        orders = read_topics(stack.kafka_config(), [outbox.topic("order")], len(by_type["order"]), timeout_s=60)
+        assert sorted(r.headers["id"].decode() for r in orders) == sorted(by_type["order"])
+        for key, sent in by_key(orders).items():
+            expected = [i for i, r in zip(ids, rows, strict=True) if r[1] == key.decode()]
+            assert sent == [i.encode() for i in expected], "each aggregate in order"
         status = relay_cli(stack, outbox, "status")
         assert status.returncode == 1, status.stdout + status.stderr
-        assert "STALLED since" in status.stdout
-        assert invoice_topic in status.stdout
+        lines = [line for line in status.stdout.splitlines() if line.startswith("STALLED since")]
+        assert len(lines) == 2, status.stdout
+        assert any(
+            f"on topic {invoice_topic}: {len(by_type['invoice'])} events of aggregate types invoice wait" in line
+            for line in lines
+        ), lines
+        assert any(f"on topic {refund_topic}: {len(by_type['refund'])} events" in line for line in lines), lines
         assert "cdcpipe topics apply" in status.stdout
-        # The batch waits whole: the event before the invoice too, so nothing is sent twice or out of order.
-        assert outbox.count() == len(ids)
         assert dead_letters(outbox) == []
+        # One topic declared: its events follow, in order; the other still waits.
         create_topics(stack.kafka_config(), [invoice_topic])
-        wait_until(lambda: outbox.count() == 0, 60, "the relay to publish once the topic exists")
+        wait_until(lambda: outbox.count() == len(by_type["refund"]), 60, "the invoices to follow")
         assert relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": invoice_topic}) is None
+        assert relay.metrics.registry.get_sample_value("cdcpipe_relay_stalled", {"topic": refund_topic}) == 1
+        create_topics(stack.kafka_config(), [refund_topic])
+        wait_until(lambda: outbox.count() == 0, 60, "the refunds to follow")
     assert dead_letters(outbox) == []
-    records = read_topics(stack.kafka_config(), [outbox.topic("order"), invoice_topic], len(ids), timeout_s=60)
-    assert by_key(records)[b"o-1"] == [ids[0].encode(), *(i.encode() for i in ids[2:])]
-    assert by_key(records)[b"i-1"] == [ids[1].encode()]
+    records = read_topics(stack.kafka_config(), [invoice_topic, refund_topic], waiting, timeout_s=60)
+    for key, sent in by_key(records).items():
+        expected = [i for i, r in zip(ids, rows, strict=True) if r[1] == key.decode()]
+        assert sent == [i.encode() for i in expected], "each aggregate in order"
     status = relay_cli(stack, outbox, "status")
     assert status.returncode == 0, status.stdout + status.stderr
     assert "STALLED" not in status.stdout

@@ -12,10 +12,17 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg
+import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.lake.lease import lease_key, table_lock
+from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.once import applied
 from tests.conftest import Stack, cdcpipe
 from tests.outbox_relay.helpers import wait_until
 from tests.streaming_jobs.helpers import Job, deposit, make_job, opened, send
@@ -150,3 +157,54 @@ def test_partitions_added_to_a_topic_are_refused_until_accepted(stack: Stack, to
     assert "new partitions" in accept(job)
     job.run()
     assert keys(job) == ["a", "b", "c"]
+
+
+def test_accept_topics_reads_what_the_table_holds_under_the_writer_lease(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """A writer that commits while accept-topics waits for the lease keeps its offsets: they are read after."""
+    job = make_job(stack, tmp_path, "event_log", [topic])
+    publish(stack, topic, ["a", "b"])
+    job.run()
+    admin = AdminClient(stack.kafka_config())
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+    wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 2, 30, "2 partitions")
+    settings = SparkSettings.load(lake=job.lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"])
+    table = settings.lake_root() / "out"
+    with table_lock(table, "a backfill"):
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "cdcpipe", "jobs", "accept-topics", job.name],
+            env=accept_env(job),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_until(lambda: lease_waiters(stack, table) > 0, 120, "accept-topics to wait for the lease")
+        # Meanwhile the lease's holder commits one more offset of partition 0, as a backfill would.
+        rows = DeltaTable(str(table)).to_pyarrow_table()
+        extra = rows.slice(0, 1).set_column(
+            rows.schema.get_field_index("kafka_offset"),
+            "kafka_offset",
+            pa.array([2], rows.schema.field("kafka_offset").type),
+        )
+        held = applied.read(table).plus({(topic, 0): (2, 3)})
+        write_deltalake(
+            str(table),
+            extra,
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata={"userMetadata": held.metadata()}),
+        )
+        assert applied.read(table).covers({(topic, 0): (0, 3)})
+    out, _ = waiting.communicate(timeout=300)
+    assert waiting.returncode == 0, out
+    assert applied.read(table).covers({(topic, 0): (0, 3)}), "the holder's offset survived accept-topics' commit"
+
+
+def lease_waiters(stack: Stack, table: LakePath) -> int:
+    """Sessions waiting for the table's writer lease."""
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s::oid",
+            (lease_key(table) & 0xFFFFFFFF,),
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,7 +16,15 @@ import pytest
 
 from cdcpipe.errors import ConfigError
 from streaming_jobs.config import SparkSettings
-from streaming_jobs.lake.lease import NAMESPACE, LeaseLostError, lease_key, table_lock
+from streaming_jobs.lake.lease import (
+    HEARTBEAT_S,
+    IDLE_TIMEOUT_S,
+    NAMESPACE,
+    LeaseLostError,
+    LeaseWaitError,
+    lease_key,
+    table_lock,
+)
 from streaming_jobs.lake.paths import LakePath
 from tests.conftest import Stack
 
@@ -144,3 +156,89 @@ def test_a_writer_keeps_its_session_between_writes_and_replaces_one_that_was_cut
         assert session_of(stack, "cdcpipe batch 3") != first
         assert not another_process_could_take(stack, table)
     assert another_process_could_take(stack, table)
+
+
+HOLDER = """
+import sys, time
+from streaming_jobs.config import SparkSettings
+from streaming_jobs.lake.lease import LeaseLostError, ensure_held, table_lock
+table = SparkSettings.load(lake=sys.argv[1]).lake_root() / "out"
+try:
+    with table_lock(table, "frozen"):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[2]))  # a batch that outlives the idle timeout: the heartbeat keeps the lease
+        print("still held after", sys.argv[2], flush=True)
+        sys.stdin.readline()  # frozen here by the test, and woken after another writer took over
+        ensure_held(table, "frozen")  # what a batch does right before its commit
+        print("committed", flush=True)
+except LeaseLostError as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+def test_a_frozen_writer_loses_its_lease_within_the_bound_and_never_commits_after(stack: Stack, tmp_path: Path) -> None:
+    """A holder that stops answering is taken over within IDLE_TIMEOUT_S, and never commits after.
+
+    SIGSTOP: its kernel still answers TCP keepalives. Woken, it learns before its commit that the lease is gone. A
+    live holder keeps it for longer than the timeout.
+    """
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    env = {**stack.process_env(), "CDCPIPE_LEASE_PG_DSN": stack.env["CDCPIPE_LEASE_PG_DSN"]}
+    busy_s = IDLE_TIMEOUT_S + 6
+    with subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), str(busy_s)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdin is not None
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            table = lake(stack, str(tmp_path)) / "out"
+            assert not another_process_could_take(stack, table)
+            assert holder.stdout.readline().startswith("still held after"), "a live holder keeps it past the timeout"
+            assert not another_process_could_take(stack, table)
+            os.kill(holder.pid, signal.SIGSTOP)
+            frozen = time.monotonic()
+            with table_lock(table, "next writer"):
+                took_over = time.monotonic() - frozen
+            assert took_over < IDLE_TIMEOUT_S + HEARTBEAT_S + 5, f"took over after {took_over:.1f} s"
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.stdin.write("go on\n")
+            holder.stdin.flush()
+            said = holder.stdout.read()
+            holder.wait(60)
+        finally:
+            if holder.poll() is None:
+                os.kill(holder.pid, signal.SIGCONT)
+                holder.kill()
+    assert "committed" not in said
+    assert said.startswith("refused:"), said  # LeaseLostError: before its commit, or at release
+
+
+def test_a_waiter_gives_up_after_its_lease_wait_naming_the_holder(stack: Stack, tmp_path: Path) -> None:
+    table = (
+        SparkSettings.load(
+            lake=str(tmp_path), lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"], lease_wait_s=2
+        ).lake_root()
+        / "out"
+    )
+    failed: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with table_lock(table, "second"):
+                pass
+        except LeaseWaitError as exc:
+            failed.append(exc)
+
+    with table_lock(table, "slow holder"):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(30)
+    assert len(failed) == 1
+    assert "held by cdcpipe slow holder" in str(failed[0])
+    assert "lease_wait_s" in str(failed[0])

@@ -69,13 +69,13 @@ def test_the_memory_drops_resends_and_reads_the_table_again_after_another_writer
     table, dead = lake / "out", lake / "out_dead_letters"
     memory = EventIds(spec.dedupe_lookback_records)
     reads: list[int] = []  # the batches that read the table's ids
-    read_table = resent._recent
+    read_table = resent.recent_ids
 
     def counted(ctx: BatchContext) -> Any:
         reads.append(ctx.batch_id)
         return read_table(ctx)
 
-    monkeypatch.setattr(resent, "_recent", counted)
+    monkeypatch.setattr(resent, "recent_ids", counted)
 
     def batch(start: int, end: int, batch_id: int, *, app: str = "stream", remember: bool = True) -> None:
         offsets = {topic: {"0": start}}, {topic: {"0": end}}

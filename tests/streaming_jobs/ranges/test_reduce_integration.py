@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 
 from tests.conftest import Stack
 from tests.kafka_helpers import create_topics
-from tests.streaming_jobs.helpers import deposit, job_env, opened, run, table_rows
+from tests.streaming_jobs.helpers import deposit, job_env, opened, run, send, table_rows
 
 pytestmark = pytest.mark.integration
 
@@ -133,3 +133,38 @@ def test_a_reduced_latest_state_replay_equals_one_where_spark_reads_every_record
     lenient = TRICKY.index(next(t for t in TRICKY if t[0] == "a number Spark reads as text"))
     assert json.loads(str(full[f"k-{lenient}-last"]["payload"]))["owner"] == 7
     assert all(json.loads(str(full[k]["payload"]))["owner"] == k.upper() + "-FINAL" for k in keys if "superseded" in k)
+
+
+def resend(stack: Stack, topic: str, key: str, value: str, event_id: str) -> None:
+    """One event sent again as a publisher resends it: same id, a new offset."""
+    send(stack, topic, [(key, "AccountOpened", value, {"id": event_id})])
+
+
+def test_a_resent_older_event_never_sets_a_latest_state_row_back_after_backfills(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """A then B for a key; a backfill; A sent again, then B; each backfill leaves the row at B (or what came after).
+
+    The reduction drops A as superseded by B, so A never reaches Spark: its id must still be one the table holds.
+    (Spark reading every record, `--no-reduce`, records every id it applies: the reduction is what could lose one.)
+    And a resent copy in a later range must not hide a newer event of its key that came before it there.
+    """
+    name, env = job_env(stack, tmp_path, "latest_state", topic)
+    first, second, third = opened("k-first"), opened("k-second"), opened("k-third")
+    a, b = send(stack, topic, [("k", "AccountOpened", first, None), ("k", "AccountOpened", second, None)])
+
+    def backfill() -> str:
+        run("jobs", "backfill", name, "--from", "earliest", "--reduce", env=env)
+        (row,) = table_rows(tmp_path / "lake" / "out", "aggregate_id").values()
+        return str(json.loads(str(row["payload"]))["account_id"])
+
+    assert backfill() == "k-second"
+    resend(stack, topic, "k", first, a)  # A again, alone in its range
+    assert backfill() == "k-second", "the resent A set the row back"
+    resend(stack, topic, "k", first, a)
+    resend(stack, topic, "k", second, b)  # A and B again, in order
+    assert backfill() == "k-second"
+    # A newer event C, then A again in the same range: C is the newest event of the key, A a copy.
+    send(stack, topic, [("k", "AccountOpened", third, None)])
+    resend(stack, topic, "k", first, a)
+    assert backfill() == "k-third", "the resent A hid C"

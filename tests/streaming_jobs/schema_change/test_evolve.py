@@ -125,3 +125,25 @@ def test_a_change_of_the_key_always_stops() -> None:
     decision = run(SchemaChangePolicy(incompatible="dead_letter"), id="text", name="text", qty="int4")
     assert decision.stop is not None
     assert "the key ['id'] changed" in decision.stop
+
+
+def test_a_narrower_source_type_goes_on_with_the_wider_column() -> None:
+    """int4 -> int2 (or a contract that says int8 where the table has int4): every value fits the Delta column."""
+    assert compare(contract(), shape(id="int4", name="text", qty="int2"), {}) == []
+    assert run(SchemaChangePolicy(), id="int4", name="text", qty="int2").stop is None
+
+
+def test_a_column_added_back_starts_empty_and_its_old_values_move_aside() -> None:
+    kept = run(SchemaChangePolicy(), id="int4", qty="int4")  # name dropped (kept)
+    assert kept.document is not None
+    dropped = from_document("public.t", kept.document, Path("/contracts/public.t.json"))
+    back = decide("j", dropped, shape(id="int4", qty="int4", name="int8"), SchemaChangePolicy(), {}, {"name": 5})
+    assert back.operations == (
+        Operation("rename", "name", new_name="name__dropped_v4"),
+        Operation("add", "name", "bigint"),
+    )
+    assert back.document is not None
+    properties = back.document["properties"]
+    assert properties["name__dropped_v4"]["x-dropped"] is True
+    assert properties["name"]["x-pg-type"] == "int8"
+    assert "x-dropped" not in properties["name"]

@@ -97,8 +97,9 @@ def same_rows(source: Source, found: list[dict[str, Any]], columns: list[str]) -
 
 
 @pytest.fixture
-def source(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Source]:
-    name = f"evo_{outbox.tag}"
+def source(stack: Stack, outbox: Outbox, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Source]:
+    # A test may ask for a table name with capitals (Postgres keeps its case when quoted, as every tool quotes it).
+    name = f"{getattr(request, 'param', 'evo')}_{outbox.tag}"
     table = f"public.{name}"
     ident = sql.Identifier("public", name)
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
@@ -173,29 +174,42 @@ def current(source: Source) -> list[dict[str, Any]]:
     return [r for r in delta_rows(source.stack, f"{source.lake}/history") if r["is_current"]]
 
 
+def submitted(source: Source, tmp_path: Path, tag: str) -> tuple[str, str]:
+    """The mirror and history jobs written and submitted."""
+    jobs = write_jobs(source, tmp_path, tag)
+    for job in jobs:
+        result = cdcpipe("jobs", "submit", job, env=source.env)
+        assert result.returncode == 0, result.stderr
+    return jobs
+
+
+def wait_converged(
+    source: Source, tmp_path: Path, jobs: tuple[str, str], columns: list[str], what: str, reader: str = "delta-rs"
+) -> None:
+    """Until the mirror (read with delta-rs) and the history's current rows hold what Postgres holds."""
+    mirror, history = jobs
+
+    def both() -> bool:
+        try:
+            mirrored = delta_rows(source.stack, f"{source.lake}/mirror") if reader == "delta-rs" else []
+            return (reader != "delta-rs" or same_rows(source, mirrored, columns)) and same_rows(
+                source, current(source), columns
+            )
+        except (DeltaError, OSError):
+            return False  # not created yet
+
+    wait_until(alive_and(history, source.env, tmp_path, alive_and(mirror, source.env, tmp_path, both)), 240, what)
+
+
 def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
     stack: Stack, source: Source, outbox: Outbox, tmp_path: Path
 ) -> None:
-    mirror, history = write_jobs(source, tmp_path, outbox.tag)
+    mirror, history = jobs = submitted(source, tmp_path, outbox.tag)
     mirror_path = f"{source.lake}/mirror"
-    for job in (mirror, history):
-        submitted = cdcpipe("jobs", "submit", job, env=source.env)
-        assert submitted.returncode == 0, submitted.stderr
     try:
 
         def converged(columns: list[str], what: str, reader: str = "delta-rs") -> None:
-            def both() -> bool:
-                try:
-                    mirrored = delta_rows(stack, mirror_path) if reader == "delta-rs" else []
-                    return (reader != "delta-rs" or same_rows(source, mirrored, columns)) and same_rows(
-                        source, current(source), columns
-                    )
-                except (DeltaError, OSError):
-                    return False  # not created yet
-
-            wait_until(
-                alive_and(history, source.env, tmp_path, alive_and(mirror, source.env, tmp_path, both)), 240, what
-            )
+            wait_converged(source, tmp_path, jobs, columns, what, reader)
 
         converged(["id", "name", "qty", "price", "code", "tag", "doc"], "the snapshot")
 
@@ -304,6 +318,58 @@ def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
         check = cdcpipe("schema", "tables", "import", "--check", source.table, env=source.env)
         assert check.returncode == 1
         assert "column code is text in the contract, int4 in the table" in check.stdout
+    finally:
+        for job in (mirror, history):
+            cdcpipe("jobs", "stop", job, env=source.env)
+
+
+@pytest.mark.parametrize("source", ["Evo"], indirect=True)
+def test_a_mirror_follows_a_rename_a_column_added_back_and_a_narrower_type_and_stops_on_a_new_key(
+    stack: Stack, source: Source, outbox: Outbox, tmp_path: Path
+) -> None:
+    """On a table whose name has capitals: each change the review found silently corrupting a mirror."""
+    mirror, history = jobs = submitted(source, tmp_path, outbox.tag)
+    mirror_path = f"{source.lake}/mirror"
+    try:
+
+        def converged(columns: list[str], what: str) -> None:
+            wait_converged(source, tmp_path, jobs, columns, what)
+
+        converged(["id", "name", "qty", "code", "tag"], "the snapshot")
+
+        # RENAME on a table named with capitals: read as a rename (the catalog looked up by its exact name), so
+        # rows untouched since keep their values; read as drop + add, they would be null there.
+        source.run("ALTER TABLE {t} RENAME COLUMN name TO full_name", "UPDATE {t} SET full_name = 'one' WHERE id = 1")
+        converged(["id", "full_name"], "the renamed column")
+
+        # DROP, then ADD again with the same name and another type: every row the source did not touch since is
+        # NULL there in Postgres, and must be in the mirror too; the old values move aside, kept.
+        source.run("ALTER TABLE {t} DROP COLUMN tag", "UPDATE {t} SET full_name = 'two' WHERE id = 2")
+        converged(["id", "full_name"], "the update after the drop")
+        source.run("ALTER TABLE {t} ADD COLUMN tag int", "UPDATE {t} SET tag = 5 WHERE id = 1")
+        converged(["id", "full_name", "tag"], "the column added back")
+        rows = {r["id"]: r for r in delta_rows(stack, mirror_path)}
+        assert {k: r["tag"] for k, r in rows.items()} == {1: 5, 2: None, 3: None}
+        moved = [c for c in rows[3] if c.startswith("tag__dropped_v")]
+        assert len(moved) == 1, sorted(rows[3])
+        assert rows[3][moved[0]] == "t3", "the values of the dropped column are kept aside"
+
+        # A narrower type at the source (int4 -> int2): the wider Delta column holds every value; the job goes on.
+        source.run("ALTER TABLE {t} ALTER COLUMN qty TYPE int2", "UPDATE {t} SET qty = 7 WHERE id = 3")
+        converged(["id", "full_name", "qty", "tag"], "the narrowed column")
+
+        # A new primary key at the source: the mirror would merge on the old one and collapse rows. It stops.
+        source.run(
+            f'ALTER TABLE {{t}} DROP CONSTRAINT "{source.table.split(".")[1]}_pkey", ADD PRIMARY KEY (id, code)',
+            "UPDATE {t} SET qty = 8 WHERE id = 2",
+        )
+        wait_until(lambda: status(mirror, source.env)["running"] is False, 240, "the mirror to stop")
+        said = (tmp_path / "run" / f"{mirror}.log").read_text().strip().splitlines()[-1]
+        assert said.startswith(f"error: job {mirror}: table {source.table}"), said
+        assert "the source's primary key changed" in said
+        assert "['code', 'id']" in said
+        assert f"jobs replay {mirror} --swap" in said
+        assert {r["id"]: r["qty"] for r in delta_rows(stack, mirror_path)}[2] != 8, "nothing of that batch written"
     finally:
         for job in (mirror, history):
             cdcpipe("jobs", "stop", job, env=source.env)
