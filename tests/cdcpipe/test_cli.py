@@ -87,3 +87,11 @@ def test_the_settings_reference_in_the_docs_is_the_one_help_shows() -> None:
     for model in reference.MODELS:
         for variable, _, _ in model.describe():
             assert f"`{variable}`" in page
+
+
+def test_jobs_submit_help_says_where_the_log_is() -> None:
+    """The driver's pid file and log are in the run folder (CDCPIPE_RUN_DIR), not in the lake."""
+    result = CliRunner().invoke(cli.app, ["jobs", "submit", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "CDCPIPE_RUN_DIR/NAME.pid, NAME.log" in result.output
+    assert "_jobs/" not in result.output

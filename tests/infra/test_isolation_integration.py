@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from cdcpipe.kafka_client import read_properties
 from infra.kafka_security import CONNECT_GROUP, JOBS_GROUP_PREFIX
 from infra.service_user import SERVICE_USERS
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX
@@ -203,3 +204,15 @@ def read_delta_or_empty(stack: Stack, lake: str) -> list[dict[str, object]]:
         return read_delta(stack, f"{lake}/out")
     except Exception:
         return []
+
+
+def test_connect_resolves_only_the_variables_meant_for_connectors(stack: Stack) -> None:
+    """The worker has the `env` config provider alone, and lets connectors read only their variables.
+
+    A `file` provider would let a connector definition read whatever the worker's user may (its own config holds
+    its Kafka password).
+    """
+    settings = read_properties(stack.home / "state" / "conf" / "connect-distributed.properties")
+    assert settings["config.providers"] == "env"
+    assert not [key for key in settings if key.startswith("config.providers.file")]
+    assert settings["config.providers.env.param.allowlist.pattern"] == "^CDCPIPE_(PG|DEBEZIUM)_[A-Z_]+$"
