@@ -51,10 +51,10 @@ class Stalls:
         new = stall is None
         if stall is None:
             stall = self._stalls[topic] = Stall(topic, reason, datetime.now(UTC))
+            self._delay = 0.5  # a new stall is checked again soon; a lasting one ever less often (`due`)
+            self._next_check = time.monotonic() + self._delay
         stall.reason = reason
         stall.aggregate_types |= aggregate_types
-        self._delay = 0.5
-        self._next_check = time.monotonic() + self._delay
         return new
 
     def due(self) -> list[str]:
