@@ -22,6 +22,8 @@ from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import StructType
 
 from schemas import table_contracts
+from schemas.catalog import read_columns
+from schemas.errors import ContractError
 from schemas.table_contracts import TableContract, load_table_contract
 from streaming_jobs.errors import SchemaChangeError
 from streaming_jobs.jobs.spec import JobSpec
@@ -36,13 +38,6 @@ SCHEMA_TEXT = "_schema_text"
 SHAPE = "_shape"
 _ENVELOPE = '{"schema":'
 _PAYLOAD = ',"payload":'
-# By the names as they are, not through to_regclass, which folds an unquoted name to lower case: the contract's
-# table `public.MyOrders` is the relation "MyOrders", not myorders.
-_LIVE_COLUMNS = """
-SELECT a.attname, a.attnum FROM pg_attribute a
-JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped
-"""
 
 
 def with_shape(records: DataFrame) -> DataFrame:
@@ -117,10 +112,9 @@ def _catalog(dsn: str | None, table: str) -> dict[str, int]:
         return {}
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-            schema, _, name = table.partition(".")
-            rows = conn.execute(_LIVE_COLUMNS, (schema, name)).fetchall()
-            return {str(column): int(num) for column, num in rows}
-    except psycopg.Error as exc:
+            # By the table's exact name (not to_regclass, which folds public.MyOrders to public.myorders).
+            return {c.name: c.attnum for c in read_columns(conn, table)[0]}
+    except (psycopg.Error, ContractError) as exc:
         log.warning("schema change of %s: cannot read the source catalog (%s): renames read as drop + add", table, exc)
         return {}
 
