@@ -6,11 +6,12 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lint typecheck test unit demo up down status bench chaos clean docs
+.PHONY: help install lock lint typecheck check test unit demo up down status bench chaos clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
 	@echo "make test       install what is missing, lint, type-check, run every test against the real stack"
+	@echo "make check      the inner loop: lint (with the import layers), types, unit tests; nothing running needed"
 	@echo "make unit       the tests that need nothing running"
 	@echo "make bench      the benchmarks (JSON and plots in bench/results/)"
 	@echo "make chaos      a 10-minute soak: every job kind under load while the pipeline's parts are killed; checks each against Postgres"
@@ -26,16 +27,20 @@ lock: install
 	@$(PY) -m pip freeze --all --exclude-editable | LC_ALL=C sort > infra/python.lock
 	@echo "wrote infra/python.lock"
 
+# lint-imports keeps the layers ([tool.importlinter] in pyproject.toml): no upward import, no import circle.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict bench
 
 unit: install
-	$(VENV)/bin/pytest -m "not integration" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -m "not integration" -n 2 $(PYTEST_ARGS)
+
+check: lint typecheck unit
 
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
 # One stack for the whole suite; independent tests two at a time, then those that restart the stack (tests/suite.py).

@@ -10,7 +10,7 @@ so the differences are the levers' own:
 
 - `floor` / `floor_marker`: a bare append of the records, without / with Delta's txnAppId/txnVersion marker;
 - `job`: classify (as a job does, here per batch), cache, bring the ids and dead-letter count to the driver
-  in one Spark job, write the valid events with `_applied_at` (streaming_jobs.sinks.context.applied_at);
+  in one Spark job, write the valid events with `_applied_at` (streaming_jobs.once.context.applied_at);
 - `job_no_cache`: the same without caching the classified batch: the write reads and classifies it again;
 - `job_cache_uncompressed`: the same with Spark's in-memory cache not compressing its column batches;
 - `job_two_jobs`: the same with the dead-letter count a Spark job of its own, as jobs did before;
@@ -80,11 +80,11 @@ def query(variant: str, topic: str, per_batch: int) -> None:
 
     from streaming_jobs.classify import outbox_events
     from streaming_jobs.classify.contracts import checked_registry
-    from streaming_jobs.config import SparkSettings
-    from streaming_jobs.sinks.context import EVENT_COLUMNS, RECORD_COLUMNS, applied_at
+    from streaming_jobs.config import JobsSettings
+    from streaming_jobs.once.context import EVENT_COLUMNS, RECORD_COLUMNS, applied_at
     from streaming_jobs.spark_session import build_spark_session
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     spark = build_spark_session(settings, app_name=f"cdcpipe-bench-batch-{variant}")
     registry = checked_registry(spark)
     out = str(settings.lake_root() / f"{variant}_{uuid.uuid4().hex[:8]}")

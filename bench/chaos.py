@@ -50,7 +50,7 @@ from deltalake import DeltaTable
 from psycopg import sql
 from relay_bench import create_bench_topics, free_port, stack_env, start_relay
 
-from cdcpipe.kafka_client import KafkaSettings
+from cdcpipe.common.kafka_client import KafkaSettings
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings
 from infra import kafka_security

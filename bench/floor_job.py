@@ -9,7 +9,7 @@ skips what its table holds by the offsets its commits record, streaming_jobs.onc
 no dead letters, no dedupe, no headers. The jobs bench measures it beside the event-log
 job, under the same load: its latency is what micro-batches and a Delta commit cost on this machine, which
 no job can go below here. With `--one-task-per-core` it coalesces each batch to one task per core before
-the write, as the jobs do (streaming_jobs.once.batch): the floor under that lever too.
+the write, as the jobs do (streaming_jobs.sinks.batch): the floor under that lever too.
 
 It writes its progress as a job does (`streaming_jobs.once.checkpoints.write_progress`), with its write's time
 (streaming_jobs.phases), for the bench's batch summary and cycle split.
@@ -26,7 +26,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql.functions import col
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import write_progress
 from streaming_jobs.phases import Phases
@@ -36,7 +36,7 @@ from streaming_jobs.spark_session import build_spark_session
 def main() -> None:
     topic, table, checkpoint = sys.argv[1], sys.argv[2], LakePath.of(sys.argv[3])
     one_task_per_core = sys.argv[4:] == ["--one-task-per-core"]
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     spark = build_spark_session(settings, app_name="cdcpipe-bench-floor")
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -49,7 +49,7 @@ from confluent_kafka.admin import AdminClient
 from hdrh.histogram import HdrHistogram
 from psycopg import sql
 
-from cdcpipe.kafka_client import KafkaSettings
+from cdcpipe.common.kafka_client import KafkaSettings
 from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import DEFINITIONS_DIR, ConnectSettings

@@ -62,14 +62,15 @@ def main() -> None:
     fill_s = time.monotonic() - began
 
     # Imported here: pyspark starts nothing until a session is built, but keep the fill free of it.
-    from streaming_jobs.config import SparkSettings
+    from streaming_jobs.config import JobsSettings
     from streaming_jobs.jobs.locations import Location
     from streaming_jobs.jobs.spec import JobSpec
+    from streaming_jobs.offsets import KafkaPositions
     from streaming_jobs.ranges.backfill import apply_range
-    from streaming_jobs.ranges.positions import KafkaPositions, Position, resolve_range
+    from streaming_jobs.ranges.positions import Position, resolve_range
     from streaming_jobs.spark_session import build_spark_session
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     spec = JobSpec(name="replay_bench", kind="latest_state", topics=(topic,), table="latest")
     with KafkaPositions(settings.kafka) as kafka:
         whole = resolve_range(kafka, spec.topics, Position("earliest"), Position("latest"))

@@ -38,7 +38,7 @@ from relay_bench import (
     wait_leader,
 )
 
-from cdcpipe.kafka_client import KafkaSettings
+from cdcpipe.common.kafka_client import KafkaSettings
 from infra import kafka_security
 from infra.config import StackSettings
 from outbox_relay.config import RelaySettings

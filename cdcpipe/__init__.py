@@ -1,5 +1,6 @@
 """cdcpipe: change data capture from PostgreSQL through Kafka into Delta Lake.
 
-This package holds only what every stage shares: the root exception, where the local stack lives, how
-settings are read, and the command line that dispatches to each stage.
+Two layers live here, at either end of the house: `cdcpipe.common` is the ground every stage stands on (the
+root exception, settings, the Kafka client's config, private files, processes) and imports no stage;
+`cdcpipe.cli` is the command line above every stage, which parses, calls one stage function and prints.
 """

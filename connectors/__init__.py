@@ -1,1 +1,1 @@
-"""Debezium connector definitions (versioned files) and the Kafka Connect REST client (issue 5)."""
+"""Debezium connectors on Kafka Connect: definitions (versioned files), the REST client, replication slots."""

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field, SecretStr, model_validator
 
-from cdcpipe.errors import ConfigError
-from cdcpipe.settings import StageSettings
+from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.settings import StageSettings
 
 DEFINITIONS_DIR = Path(__file__).parent / "definitions"
 

@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdcpipe.errors import CdcpipeError
+from cdcpipe.common.errors import CdcpipeError
 from infra import kafka_security
 from infra.config import StackSettings
 from infra.stack import env_values
@@ -110,7 +110,7 @@ def run(say: Callable[[str], None] = print) -> None:
     stack = StackSettings.load()
     env = {**os.environ, **env_values(stack)}
     os.environ.update(env)  # the settings loaded below, in this process, read the same stack
-    from streaming_jobs.config import SparkSettings
+    from streaming_jobs.config import JobsSettings
     from streaming_jobs.run import control as job_control
 
     names, schema_settings = OutboxNames.load(), SchemaSettings.load()
@@ -128,7 +128,7 @@ def run(say: Callable[[str], None] = print) -> None:
     applied = topics.apply(topic_settings.kafka.client_config(), declared.topics, declared.prefixes)
     say(f"   topics {', '.join(a.name for a in applied if a.action != 'granted')} ready (cdcpipe topics apply)")
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     lake = settings.lake_root() / "demo"  # the stack's lake: its object store, unless CDCPIPE_LAKE says otherwise
     lake.delete_tree()  # a fresh read model and checkpoint on every run
     # Each component as its own Kafka user, with only the ACLs it needs (the stack's client files).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.errors import CdcpipeError, ConfigError, RetryableError
+from cdcpipe.common.errors import CdcpipeError, ConfigError, RetryableError
 
 
 class StackError(CdcpipeError):

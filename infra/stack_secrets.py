@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from cdcpipe.private_files import write_private
+from cdcpipe.common.private_files import write_private
 from infra.config import StackSettings
 
 

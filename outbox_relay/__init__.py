@@ -1,1 +1,1 @@
-"""Our own outbox publisher: outbox rows -> Kafka, in the wire format of Debezium's EventRouter (issue 3)."""
+"""Our own outbox publisher: outbox rows -> Kafka, in the wire format of Debezium's Outbox Event Router."""

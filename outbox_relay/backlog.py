@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
-if TYPE_CHECKING:
-    from outbox_relay.relay import Relay
+from outbox_relay.config import RelaySettings
+from outbox_relay.metrics import RelayMetrics
+from outbox_relay.sql import backlog_sql, read_backlog_row
+from schemas.config import OutboxNames
 
 
 class BacklogProbe(threading.Thread):
     """Reads the backlog on a connection of its own, so a slow count never delays a batch."""
 
-    def __init__(self, relay: Relay, stop_when: threading.Event) -> None:
+    def __init__(
+        self, settings: RelaySettings, names: OutboxNames, metrics: RelayMetrics, stop_when: threading.Event
+    ) -> None:
         super().__init__(name="cdcpipe-relay-backlog", daemon=True)
-        self._relay = relay
+        self._settings = settings
+        self._query = backlog_sql(names)
+        self._metrics = metrics
         self._halt = threading.Event()
         self._outer = stop_when
 
@@ -24,22 +30,22 @@ class BacklogProbe(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        interval = self._relay.settings.backlog_interval_s
         conn: psycopg.Connection[Any] | None = None
         while not self._halt.is_set() and not self._outer.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = psycopg.connect(
-                        self._relay.settings.dsn(),
+                        self._settings.dsn(),
                         autocommit=True,
                         application_name="cdcpipe-relay-backlog",
                         connect_timeout=5,
                     )
-                count, age = self._relay.read_backlog(conn)
-                self._relay.metrics.backlog.set(count)
-                self._relay.metrics.backlog_age.set(age)
+                # Rows waiting and the age of the oldest, in seconds: see `outbox_relay.sql.BACKLOG_COUNTED`.
+                count, age = read_backlog_row(conn.execute(self._query).fetchone())
+                self._metrics.backlog.set(count)
+                self._metrics.backlog_age.set(age)
             except psycopg.Error:
                 conn = None  # the main loop reports outages; here they only pause the gauge
-            self._halt.wait(interval)
+            self._halt.wait(self._settings.backlog_interval_s)
         if conn is not None:
             conn.close()

@@ -8,8 +8,8 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.kafka_client import KafkaSettings
-from cdcpipe.settings import StageSettings, split_list
+from cdcpipe.common.kafka_client import KafkaSettings
+from cdcpipe.common.settings import StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
 

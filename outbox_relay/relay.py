@@ -49,7 +49,15 @@ from outbox_relay.kafka import (
     stall_cause,
 )
 from outbox_relay.metrics import RelayMetrics
-from outbox_relay.sql import backlog_sql, dead_params, read_backlog_row, take
+from outbox_relay.sql import (
+    bury_sql,
+    check_outbox,
+    dead_aggregates_sql,
+    dead_params,
+    overtake_sql,
+    take,
+    write_status_sql,
+)
 from outbox_relay.stalls import Stalls
 from outbox_relay.topics import TopicTargets
 from outbox_relay.wakeups import Wakeups
@@ -81,17 +89,9 @@ class Relay:
         # Aggregates with a dead letter no later event of theirs has been published after yet.
         self._dead_aggregates: set[tuple[str, str]] = set()
         self._stalls = Stalls(settings.backoff_max_s)
-        dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
-        self._bury = sql.SQL(
-            "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
-            "VALUES (%s, %s::uuid, %s, %s, %s, %s::integer, %s::jsonb, to_timestamp(%s), %s)"
-        ).format(dead=dead)
-        self._overtake = sql.SQL(
-            "UPDATE {dead} d SET overtaken = true FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS p(kind, id, seq) "
-            "WHERE NOT d.overtaken AND d.aggregatetype = p.kind AND d.aggregateid = p.id AND d.seq < p.seq"
-        ).format(dead=dead)
-        self._status = sql.Identifier(names.outbox_schema, names.relay_status_table)
-        self._backlog = backlog_sql(names)
+        self._bury = bury_sql(names)
+        self._overtake = overtake_sql(names)
+        self._status = write_status_sql(names)
         self._lock_key = f"{names.outbox_schema}.{names.outbox_table}"
 
     # --- the loop ---------------------------------------------------------------------------------------
@@ -146,26 +146,15 @@ class Relay:
     def _check_outbox(self, conn: psycopg.Connection[Any]) -> None:
         """Refuse to start without an outbox, with the fix, rather than fail at the first take."""
         names = self.names
-        row = conn.execute(
-            "SELECT to_regclass(%s)", (sql.Identifier(names.outbox_schema, names.outbox_table).as_string(conn),)
-        ).fetchone()
-        if row is None or row[0] is None:
+        exists, complete = check_outbox(conn, names)
+        if not exists:
             raise RelayError(
                 f"the outbox table {names.outbox_schema}.{names.outbox_table} does not exist in this database (or "
                 "the relay's role may not use its schema): create it with `cdcpipe schema apply`, or point "
                 "CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
             )
-        # Objects later versions of `schema apply` add: an outbox made by an older one lacks them.
-        status = sql.Identifier(names.outbox_schema, names.relay_status_table).as_string(conn)
-        dead = sql.Identifier(names.outbox_schema, names.dead_letter_table).as_string(conn)
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT FROM pg_catalog.pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attname = 'overtaken' AND NOT attisdropped), "
-            "EXISTS (SELECT FROM pg_catalog.pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attname = 'stalls' AND NOT attisdropped)",
-            (status, dead, status),
-        ).fetchone()
-        if row is None or not all(row):
+        if not complete:
+            status = f"{names.outbox_schema}.{names.relay_status_table}"
             raise RelayError(
                 f"the outbox {names.outbox_schema}.{names.outbox_table} was made by an older `cdcpipe schema apply`: "
                 f"this relay needs {status} with its `stalls` column and the dead letters' `overtaken` column. Run "
@@ -174,11 +163,7 @@ class Relay:
             )
 
     def _read_dead_aggregates(self, conn: psycopg.Connection[Any]) -> set[tuple[str, str]]:
-        rows = conn.execute(
-            sql.SQL("SELECT DISTINCT aggregatetype, aggregateid FROM {} WHERE NOT overtaken").format(
-                sql.Identifier(self.names.outbox_schema, self.names.dead_letter_table)
-            )
-        ).fetchall()
+        rows = conn.execute(dead_aggregates_sql(self.names)).fetchall()
         return {(str(kind), str(aggregate)) for kind, aggregate in rows}
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
@@ -204,7 +189,7 @@ class Relay:
         lead.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.notify_channel)))
         wakeups = Wakeups(lead, self.stop)
         kafka_backoff = _Backoff(self.settings.backoff_max_s)
-        backlog = BacklogProbe(self, stop_when=self.stop)
+        backlog = BacklogProbe(self.settings, self.names, self.metrics, stop_when=self.stop)
         backlog.start()
         in_flight: deque[Batch] = deque()  # produced, not yet committed; oldest first
         ahead: Future[Batch | None] | None = None  # the next take, running on the taker thread
@@ -309,12 +294,7 @@ class Relay:
         """The status row: every stalled topic (`stalls`), the first of them also in the columns older tools read."""
         first = next(iter(self._stalls), None)
         conn.execute(
-            sql.SQL(
-                "INSERT INTO {} AS s (id, stalled_topic, stalled_reason, stalled_since, stalls, updated_at) "
-                "VALUES (1, %(topic)s, %(reason)s, %(since)s, %(stalls)s::jsonb, now()) ON CONFLICT (id) DO UPDATE SET "
-                "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
-                "stalled_since = EXCLUDED.stalled_since, stalls = EXCLUDED.stalls, updated_at = now()"
-            ).format(self._status),
+            self._status,
             {
                 "topic": first.topic if first else None,
                 "reason": first.reason if first else None,
@@ -498,10 +478,6 @@ class Relay:
 
     def _new_producer(self) -> Producer:
         return Producer({**producer_config(self.settings), "logger": log})
-
-    def read_backlog(self, conn: psycopg.Connection[Any]) -> tuple[int, float]:
-        """Rows waiting and the age of the oldest, in seconds: see `BACKLOG_COUNTED`."""
-        return read_backlog_row(conn.execute(self._backlog).fetchone())
 
 
 class _Backoff:

@@ -1,4 +1,4 @@
-"""The relay's SQL: taking a batch from the outbox (one statement, one round trip) and reading the backlog."""
+"""The relay's SQL: taking a batch (one statement, one round trip), dead letters, its status row, the backlog."""
 
 from __future__ import annotations
 
@@ -160,3 +160,55 @@ def dead_params(dead: DeadLetter) -> tuple[object, ...]:
         r.created_epoch,
         dead.reason,
     )
+
+
+def check_outbox(conn: psycopg.Connection[Any], names: OutboxNames) -> tuple[bool, bool]:
+    """(the outbox table exists, it has what later versions of `schema apply` add: status `stalls`, `overtaken`)."""
+    row = conn.execute(
+        "SELECT to_regclass(%s)", (sql.Identifier(names.outbox_schema, names.outbox_table).as_string(conn),)
+    ).fetchone()
+    if row is None or row[0] is None:
+        return False, False
+    status = sql.Identifier(names.outbox_schema, names.relay_status_table).as_string(conn)
+    dead = sql.Identifier(names.outbox_schema, names.dead_letter_table).as_string(conn)
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT FROM pg_catalog.pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attname = 'overtaken' AND NOT attisdropped), "
+        "EXISTS (SELECT FROM pg_catalog.pg_attribute "
+        "WHERE attrelid = to_regclass(%s) AND attname = 'stalls' AND NOT attisdropped)",
+        (status, dead, status),
+    ).fetchone()
+    return True, row is not None and all(row)
+
+
+def bury_sql(names: OutboxNames) -> sql.Composed:
+    """One dead letter into the dead-letter table (parameters: `dead_params`)."""
+    return sql.SQL(
+        "INSERT INTO {dead} (seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at, reason) "
+        "VALUES (%s, %s::uuid, %s, %s, %s, %s::integer, %s::jsonb, to_timestamp(%s), %s)"
+    ).format(dead=sql.Identifier(names.outbox_schema, names.dead_letter_table))
+
+
+def overtake_sql(names: OutboxNames) -> sql.Composed:
+    """Marks the dead letters of aggregates a later event of which is published (kinds, ids, seqs as arrays)."""
+    return sql.SQL(
+        "UPDATE {dead} d SET overtaken = true FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS p(kind, id, seq) "
+        "WHERE NOT d.overtaken AND d.aggregatetype = p.kind AND d.aggregateid = p.id AND d.seq < p.seq"
+    ).format(dead=sql.Identifier(names.outbox_schema, names.dead_letter_table))
+
+
+def dead_aggregates_sql(names: OutboxNames) -> sql.Composed:
+    """The aggregates with a dead letter no later event of theirs has been published after."""
+    return sql.SQL("SELECT DISTINCT aggregatetype, aggregateid FROM {} WHERE NOT overtaken").format(
+        sql.Identifier(names.outbox_schema, names.dead_letter_table)
+    )
+
+
+def write_status_sql(names: OutboxNames) -> sql.Composed:
+    """The relay's status row (named parameters: topic, reason, since, stalls)."""
+    return sql.SQL(
+        "INSERT INTO {} AS s (id, stalled_topic, stalled_reason, stalled_since, stalls, updated_at) "
+        "VALUES (1, %(topic)s, %(reason)s, %(since)s, %(stalls)s::jsonb, now()) ON CONFLICT (id) DO UPDATE SET "
+        "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
+        "stalled_since = EXCLUDED.stalled_since, stalls = EXCLUDED.stalls, updated_at = now()"
+    ).format(sql.Identifier(names.outbox_schema, names.relay_status_table))

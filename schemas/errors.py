@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.errors import CdcpipeError
+from cdcpipe.common.errors import CdcpipeError
 
 
 class SchemaError(CdcpipeError):

@@ -35,8 +35,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from pydantic import Field
 
-from cdcpipe.kafka_client import KafkaSettings, unreachable_reason
-from cdcpipe.settings import StageSettings
+from cdcpipe.common.kafka_client import KafkaSettings, unreachable_reason
+from cdcpipe.common.settings import StageSettings
 from schemas.errors import TopicError
 
 TOPICS_DIR = Path(__file__).resolve().parent / "topics"

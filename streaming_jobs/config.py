@@ -1,4 +1,7 @@
-"""Settings of Spark sessions and jobs (`[spark]` in the settings file, `CDCPIPE_*` in the environment)."""
+"""Settings of the jobs: their Spark session, the lake, the writer lease, the job files and the run folder.
+
+`[jobs]` in the settings file, `CDCPIPE_*` in the environment.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,9 @@ from typing import Annotated, ClassVar
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.home import default_home
-from cdcpipe.kafka_client import KafkaSettings
-from cdcpipe.settings import StageSettings, split_list
+from cdcpipe.common.home import default_home
+from cdcpipe.common.kafka_client import KafkaSettings
+from cdcpipe.common.settings import StageSettings, split_list
 from streaming_jobs.lake.paths import LakePath, check_lake
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 
@@ -19,10 +22,10 @@ from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 CONSUMER_GROUP_PREFIX = "cdcpipe-jobs-"
 
 
-class SparkSettings(StageSettings):
-    """How a SparkSession of cdcpipe is built. Jars come from disk; nothing is downloaded at run time."""
+class JobsSettings(StageSettings):
+    """What a job runs with: its Spark session (jars from disk, nothing downloaded at run time), lake and files."""
 
-    toml_section: ClassVar[str] = "spark"
+    toml_section: ClassVar[str] = "jobs"
 
     spark_master: str = Field("local[2]", description="where jobs run: local[N] or spark://HOST:PORT")
     spark_jars_dir: Path = Field(

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-from cdcpipe.errors import CdcpipeError
+from cdcpipe.common.errors import CdcpipeError
 
-if TYPE_CHECKING:
-    from streaming_jobs.run.retention import Gap
+
+@dataclass(frozen=True)
+class Gap:
+    """Offsets [first, first_available) of one partition: needed by the job, deleted by retention."""
+
+    topic: str
+    partition: int
+    first: int
+    first_available: int
 
 
 class StreamingError(CdcpipeError):

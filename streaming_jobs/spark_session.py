@@ -9,9 +9,9 @@ from pathlib import Path
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from cdcpipe.errors import ConfigError
-from cdcpipe.kafka_client import SPARK_REDACTION_REGEX
-from streaming_jobs.config import SparkSettings
+from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.kafka_client import SPARK_REDACTION_REGEX
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import SparkJarsMissingError
 
 FAIR_POOLS = Path(__file__).parent / "run" / "fair_pools.xml"
@@ -46,7 +46,7 @@ def spark_jars(folder: Path) -> list[Path]:
     return jars
 
 
-def session_conf(settings: SparkSettings, app_name: str) -> dict[str, str]:
+def session_conf(settings: JobsSettings, app_name: str) -> dict[str, str]:
     """Every setting the session is built with (separate, so it can be read and tested without a JVM)."""
     jars = spark_jars(settings.spark_jars_dir)
     # On a standalone cluster an application takes every free core unless capped: one job would starve the next.
@@ -133,9 +133,9 @@ def _read_secret(path: Path) -> str:
         ) from exc
 
 
-def build_spark_session(settings: SparkSettings | None = None, app_name: str = "cdcpipe") -> SparkSession:
+def build_spark_session(settings: JobsSettings | None = None, app_name: str = "cdcpipe") -> SparkSession:
     """The session every cdcpipe job uses. Call once per process: Spark allows one driver per JVM."""
-    settings = settings or SparkSettings.load()
+    settings = settings or JobsSettings.load()
     # Everything Spark binds (driver, block manager, UI) stays on loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = session_conf(settings, app_name)

@@ -18,9 +18,9 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
 
-from cdcpipe.errors import CdcpipeError
-from cdcpipe.kafka_client import KafkaSettings
-from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
+from cdcpipe.common.errors import CdcpipeError
+from cdcpipe.common.kafka_client import KafkaSettings
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, JobsSettings
 from streaming_jobs.spark_session import build_spark_session
 
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {"spark_master": args.master} if args.master else {}
     started = time.monotonic()
     try:
-        settings = SparkSettings.load(**overrides)
+        settings = JobsSettings.load(**overrides)
         spark = build_spark_session(settings, app_name=f"cdcpipe-stack-check-{args.topic}")
     except CdcpipeError as exc:  # the parent shows stderr: the message, not a traceback
         print(f"error: {exc}", file=sys.stderr)

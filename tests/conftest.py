@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from cdcpipe.kafka_client import KafkaSettings
+from cdcpipe.common.kafka_client import KafkaSettings
 from connectors.config import ConnectSettings
 from outbox_relay.config import RelaySettings
 from schemas import outbox as schema_outbox

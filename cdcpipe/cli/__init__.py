@@ -11,7 +11,7 @@ import sys
 import typer
 
 from cdcpipe.cli import connectors, jobs, relay, schema, stack, topics
-from cdcpipe.errors import CdcpipeError
+from cdcpipe.common.errors import CdcpipeError
 
 app = typer.Typer(
     help="Change data capture from PostgreSQL through Kafka into Delta Lake: outbox relay, Debezium, Spark jobs.",

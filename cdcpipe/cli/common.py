@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.settings import StageSettings
+from cdcpipe.common.settings import StageSettings
 
 
 def settings_help(model: type[StageSettings]) -> str:

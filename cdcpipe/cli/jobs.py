@@ -12,11 +12,11 @@ from dataclasses import asdict
 import typer
 
 from cdcpipe.cli.common import settings_help
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 
 app = typer.Typer(
     help="Streaming jobs: Kafka topics into Delta tables (job files in streaming_jobs/definitions/).",
-    epilog=settings_help(SparkSettings),
+    epilog=settings_help(JobsSettings),
     no_args_is_help=True,
 )
 
@@ -41,7 +41,7 @@ def jobs_submit(
     """Start a job in the background, tracked by pid (its pid file and log: CDCPIPE_RUN_DIR/NAME.pid, NAME.log)."""
     from streaming_jobs.run import control as job_control
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     pid = job_control.submit(settings, name, master=master, trigger=trigger)
     typer.echo(f"{name}: started (pid {pid}); `cdcpipe jobs status {name}` shows its progress")
 
@@ -51,7 +51,7 @@ def jobs_list() -> None:
     """Every declared job: kind, table, topics, running or not."""
     from streaming_jobs.run import control as job_control
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     for spec, where, running in job_control.listing(settings):
         state = "running" if running else "stopped"
         typer.echo(f"{spec.name:<24} {spec.kind:<13} {state:<8} {where.table}  <- {', '.join(spec.topics)}")
@@ -62,7 +62,7 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
     """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
     from streaming_jobs.run import control as job_control
 
-    report = job_control.status(SparkSettings.load(), name)
+    report = job_control.status(JobsSettings.load(), name)
     if as_json:
         typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag}, indent=2))
         return
@@ -88,7 +88,7 @@ def jobs_stop(name: str) -> None:
     """Stop gracefully: the micro-batch in flight finishes first."""
     from streaming_jobs.run import control as job_control
 
-    stopped = job_control.stop(SparkSettings.load(), name)
+    stopped = job_control.stop(JobsSettings.load(), name)
     typer.echo(f"{name}: {'stopped' if stopped else 'was not running'}")
 
 
@@ -97,7 +97,7 @@ def jobs_optimize(name: str) -> None:
     """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches)."""
     from streaming_jobs.run import control as job_control
 
-    table = job_control.optimize(SparkSettings.load(), name)
+    table = job_control.optimize(JobsSettings.load(), name)
     typer.echo(f"{name}: compacted {table}")
 
 
@@ -107,7 +107,7 @@ def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to r
     from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.ranges import commands, positions
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     where, before, after = commands.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
     for (topic, partition), offset in sorted(after.items()):
         typer.echo(f"  {topic}[{partition}]: {before[(topic, partition)]} -> {offset}")
@@ -120,7 +120,7 @@ def jobs_accept_topics(name: str) -> None:
     from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.ranges import commands
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     accepted = commands.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
     if not accepted.changed:
         typer.echo(f"{name}: its topics are those its table holds offsets of; nothing to accept")
@@ -141,7 +141,7 @@ def backfill_command(
     from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.ranges import commands, positions
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
     outcome = commands.backfill(
         settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size, reduce=reduce
@@ -167,7 +167,7 @@ def replay_command(
     from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.ranges import commands
 
-    settings = SparkSettings.load()
+    settings = JobsSettings.load()
     spec = find_job(job, list(settings.jobs_dirs))
     done = commands.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
     typer.echo(

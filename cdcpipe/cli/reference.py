@@ -11,15 +11,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cdcpipe.home import REPO_ROOT
-from cdcpipe.kafka_client import KafkaSettings
-from cdcpipe.settings import ENV_PREFIX, StageSettings
+from cdcpipe.common.home import REPO_ROOT
+from cdcpipe.common.kafka_client import KafkaSettings
+from cdcpipe.common.settings import ENV_PREFIX, StageSettings
 from connectors.config import ConnectSettings
 from infra.config import StackSettings
 from outbox_relay.config import RelaySettings
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.topics import TopicSettings
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.store import ObjectStoreSettings
 
 PAGE = REPO_ROOT / "docs" / "configuration.md"
@@ -33,7 +33,7 @@ MODELS: tuple[type[StageSettings], ...] = (
     TopicSettings,
     RelaySettings,
     ConnectSettings,
-    SparkSettings,
+    JobsSettings,
     ObjectStoreSettings,
 )
 

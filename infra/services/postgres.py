@@ -13,11 +13,11 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from cdcpipe.private_files import write_private
+from cdcpipe.common.private_files import write_private
+from cdcpipe.common.scram import scram_verifier
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
 from infra.services.base import JOBS_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
 from infra.stack_secrets import secret, secret_file
-from schemas.outbox import scram_verifier
 
 
 class Postgres(Service):

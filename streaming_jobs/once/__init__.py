@@ -1,1 +1,1 @@
-"""Applying each offset once: applied offsets in Delta commits, resent events, poison records, Spark checkpoints."""
+"""Applying each offset once: a batch's context, applied offsets in Delta commits, resent events, topic identity."""

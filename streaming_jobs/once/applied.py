@@ -23,20 +23,9 @@ from typing import Any
 
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.ranges.positions import Partition
+from streaming_jobs.offsets import Partition, TopicIdentity
 
 Interval = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class TopicIdentity:
-    """Which topic a table's offsets are of, and how many partitions it had.
-
-    Kafka gives a topic deleted and created again a new id: the same name then numbers other records.
-    """
-
-    topic_id: str
-    partitions: int
 
 
 LOOK_BACK = 1000  # commits stepped over at most when looking for the newest one with intervals

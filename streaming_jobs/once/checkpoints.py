@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.ranges.positions import Offsets
+from streaming_jobs.offsets import Offsets
 
 # What a running job writes into its checkpoint folder for `cdcpipe jobs status` (Spark's own files aside).
 PROGRESS_FILE = "cdcpipe_progress.json"

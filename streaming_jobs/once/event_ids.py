@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from streaming_jobs.offsets import Partition
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.ranges.positions import Partition
 
 Record = tuple[Partition, int, str]  # (topic, partition), offset, event id
 

@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.once import applied
+from streaming_jobs.once.context import RECORD_COLUMNS, BatchContext, commit_metadata
 from streaming_jobs.once.event_ids import Record, Split, split
-from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext, commit_metadata
 
 
 def drop_resent(events: DataFrame, ctx: BatchContext) -> DataFrame:
@@ -63,7 +63,7 @@ def choose(valid: DataFrame, ctx: BatchContext, version: int) -> Split:
     brought them already), which picks the records to drop: usually none.
     """
     if ctx.records is not None:
-        records = ctx.records  # collected with the batch's dead-letter count (streaming_jobs.once.batch)
+        records = ctx.records  # collected with the batch's dead-letter count (streaming_jobs.sinks.batch)
     else:
         records = [_record_of(r) for r in valid.select(*RECORD_COLUMNS).toArrow().to_pylist()]
     return split(records, _held(ctx, valid, version, records))

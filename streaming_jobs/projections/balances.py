@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from streaming_jobs.sinks.context import BatchContext
+from streaming_jobs.once.context import BatchContext
 
 AMOUNTS = StructType(
     [

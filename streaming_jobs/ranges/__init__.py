@@ -1,1 +1,1 @@
-"""Offsets and positions in Kafka, and re-running a job over a range: backfill, replay, rewind."""
+"""Re-running a job over a range of Kafka positions: backfill, replay, rewind, and reduced catch-up."""

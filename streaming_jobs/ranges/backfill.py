@@ -32,20 +32,19 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from streaming_jobs.classify.contracts import checked_registry
-from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, JobsSettings
 from streaming_jobs.errors import ReduceError
-from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.locations import Location
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.once import applied
-from streaming_jobs.once.applied import TopicIdentity
-from streaming_jobs.once.batch import handle_batch
+from streaming_jobs.offsets import Offsets, Partition, TopicIdentity
+from streaming_jobs.once import applied, sources
+from streaming_jobs.once.context import BatchContext
 from streaming_jobs.once.resent import recent_ids
-from streaming_jobs.ranges.positions import Offsets, Partition, Range
+from streaming_jobs.ranges.positions import Range
 from streaming_jobs.ranges.progress import Progress
 from streaming_jobs.ranges.reduce import Reduced, Task
-from streaming_jobs.sinks.context import BatchContext
+from streaming_jobs.sinks.batch import handle_batch
 
 DEFAULT_CHUNK = 250_000
 KAFKA_COLUMNS = (
@@ -82,7 +81,7 @@ def chunks(span: Range, size: int) -> Iterator[tuple[Offsets, Offsets]]:
         pending = [tp for tp in pending if at[tp] < span.end[tp]]
 
 
-def read_chunk(spark: SparkSession, settings: SparkSettings, start: Offsets, end: Offsets) -> DataFrame:
+def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end: Offsets) -> DataFrame:
     """The records of [start, end) with Spark's Kafka batch source, read_committed, failing on missing offsets."""
     assign: dict[str, list[int]] = {}
     for topic, partition in sorted(start):
@@ -105,7 +104,7 @@ def read_chunk(spark: SparkSession, settings: SparkSettings, start: Offsets, end
 
 def apply_range(
     spark: SparkSession,
-    settings: SparkSettings,
+    settings: JobsSettings,
     spec: JobSpec,
     where: Location,
     span: Range,
@@ -152,7 +151,7 @@ def _identity(where: Location, purpose: str, span: Range, how: str = "") -> str:
 
 def _apply_reduced(
     spark: SparkSession,
-    settings: SparkSettings,
+    settings: JobsSettings,
     spec: JobSpec,
     where: Location,
     span: Range,

@@ -19,15 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import PositionError, StreamingError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec
-from streaming_jobs.once import applied
+from streaming_jobs.offsets import KafkaPositions, Offsets
+from streaming_jobs.once import applied, sources
 from streaming_jobs.once.checkpoints import committed_offsets
 from streaming_jobs.ranges.backfill import DEFAULT_CHUNK, Outcome, apply_range
-from streaming_jobs.ranges.positions import KafkaPositions, Offsets, Position, Range, resolve_range
+from streaming_jobs.ranges.positions import Position, Range, resolve_range
 from streaming_jobs.ranges.progress import Progress
 from streaming_jobs.run import control
 from streaming_jobs.spark_session import build_spark_session
@@ -35,13 +35,13 @@ from streaming_jobs.spark_session import build_spark_session
 EARLIEST, LATEST = Position("earliest"), Position("latest")
 
 
-def _span(settings: SparkSettings, spec: JobSpec, start: Position, end: Position) -> Range:
+def _span(settings: JobsSettings, spec: JobSpec, start: Position, end: Position) -> Range:
     with KafkaPositions(settings.kafka) as kafka:
         return resolve_range(kafka, spec.topics, start, end)
 
 
 def backfill(
-    settings: SparkSettings,
+    settings: JobsSettings,
     spec: JobSpec,
     start: Position,
     end: Position,
@@ -83,7 +83,7 @@ class Replayed:
 
 
 def replay(
-    settings: SparkSettings,
+    settings: JobsSettings,
     spec: JobSpec,
     *,
     into: str | None = None,
@@ -137,7 +137,7 @@ def replay(
         spark.stop()
 
 
-def rewind(settings: SparkSettings, spec: JobSpec, to: Position) -> tuple[locations.Location, Offsets, Offsets]:
+def rewind(settings: JobsSettings, spec: JobSpec, to: Position) -> tuple[locations.Location, Offsets, Offsets]:
     """Point the job at a new checkpoint that starts at `to`; (location, from, to) offsets.
 
     An offsets SPEC moves the partitions it names; the others resume where the checkpoint reached. A
@@ -176,7 +176,7 @@ class Accepted:
     recreated: list[str]
 
 
-def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
+def accept_topics(settings: JobsSettings, spec: JobSpec) -> Accepted:
     """Record the job's topics as they are now in its table, after one was recreated or gained partitions.
 
     A recreated topic's old offsets are forgotten by the table (they numbered other records) and the job
@@ -188,7 +188,7 @@ def accept_topics(settings: SparkSettings, spec: JobSpec) -> Accepted:
     from pyspark.sql import functions as F  # noqa: N812
 
     from streaming_jobs.lake.lease import table_lock
-    from streaming_jobs.sinks.context import commit_metadata
+    from streaming_jobs.once.context import commit_metadata
 
     with control.paused(settings, spec.name):
         where = locations.current(spec, settings.lake_root())

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from streaming_jobs.ranges.positions import Offsets, Range
+from streaming_jobs.offsets import Offsets
+from streaming_jobs.ranges.positions import Range
 
 MAX_PARTITIONS_SHOWN = 6
 

@@ -29,7 +29,7 @@ from streaming_jobs.jobs.locations import Location
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from streaming_jobs.sinks.context import commit_metadata
+from streaming_jobs.once.context import commit_metadata
 from streaming_jobs.spark_session import CHECKPOINT_INTERVAL
 
 log = logging.getLogger(__name__)

@@ -20,18 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdcpipe.processes import TrackedProcess
-from streaming_jobs.config import SparkSettings
+from cdcpipe.common.processes import TrackedProcess
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import JobSpec, check_name, find, load_all
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.offsets import KafkaPositions
+from streaming_jobs.once import sources
 from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
-from streaming_jobs.ranges.positions import KafkaPositions
 
 
-def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
+def tracked(settings: JobsSettings, name: str) -> TrackedProcess:
     """The job's driver process, as a pid file and a log under CDCPIPE_RUN_DIR."""
     check_name(name)  # it names files: never a path
     folder = settings.run_dir
@@ -40,7 +40,7 @@ def tracked(settings: SparkSettings, name: str) -> TrackedProcess:
     )
 
 
-def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: str | None) -> int:
+def submit(settings: JobsSettings, name: str, *, master: str | None, trigger: str | None) -> int:
     """Start the job in the background (once: a running job is not started twice); return its pid."""
     spec = find(name, list(settings.jobs_dirs))
     process = tracked(settings, spec.name)
@@ -64,12 +64,12 @@ def submit(settings: SparkSettings, name: str, *, master: str | None, trigger: s
     return pid
 
 
-def _submitted(settings: SparkSettings, name: str) -> Path:
+def _submitted(settings: JobsSettings, name: str) -> Path:
     return settings.run_dir / f"{name}.submit.json"
 
 
 @contextmanager
-def paused(settings: SparkSettings, name: str) -> Iterator[bool]:
+def paused(settings: JobsSettings, name: str) -> Iterator[bool]:
     """Stop the job gracefully if it runs, and start it again afterwards the way it was submitted.
 
     Yields whether it was running. If the block fails, the job stays stopped: the error is the user's to read
@@ -83,7 +83,7 @@ def paused(settings: SparkSettings, name: str) -> Iterator[bool]:
         submit(settings, name, master=args.get("master"), trigger=args.get("trigger"))
 
 
-def stop(settings: SparkSettings, name: str, timeout_s: float = 180) -> bool:
+def stop(settings: JobsSettings, name: str, timeout_s: float = 180) -> bool:
     """SIGTERM: the micro-batch in flight finishes, then the job exits. False if it was not running."""
     return tracked(settings, name).stop(timeout_s=timeout_s)
 
@@ -124,7 +124,7 @@ class JobStatus:
         return sum(p.lag for p in self.lag)
 
 
-def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
+def lag(settings: JobsSettings, spec: JobSpec) -> list[PartitionLag]:
     """Per partition of the job's topics: the latest offset minus the checkpoint's."""
     reached = committed_offsets(locations.current(spec, settings.lake_root()).checkpoint)
     with KafkaPositions(settings.kafka) as kafka:
@@ -136,7 +136,7 @@ def lag(settings: SparkSettings, spec: JobSpec) -> list[PartitionLag]:
     return rows
 
 
-def status(settings: SparkSettings, name: str) -> JobStatus:
+def status(settings: JobsSettings, name: str) -> JobStatus:
     """The job's process, its last progress, and its lag."""
     spec = find(name, list(settings.jobs_dirs))
     process = tracked(settings, spec.name)
@@ -164,7 +164,7 @@ def status(settings: SparkSettings, name: str) -> JobStatus:
     )
 
 
-def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
+def listing(settings: JobsSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
     """Every declared job, where its table is now, and whether it runs."""
     return [
         (spec, locations.current(spec, settings.lake_root()), tracked(settings, name).pid() is not None)
@@ -172,7 +172,7 @@ def listing(settings: SparkSettings) -> list[tuple[JobSpec, locations.Location, 
     ]
 
 
-def optimize(settings: SparkSettings, name: str) -> LakePath:
+def optimize(settings: JobsSettings, name: str) -> LakePath:
     """`cdcpipe jobs optimize`: compact the job's tables now, beside the running job; returns its table."""
     # pyspark loads here, not when this module does: `jobs list|status|stop` must start without it.
     from streaming_jobs.run.compaction import optimize as optimize_tables

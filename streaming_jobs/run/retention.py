@@ -6,27 +6,15 @@ message can say exactly which offsets are gone and what the user can do, and not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from streaming_jobs.config import SparkSettings
-from streaming_jobs.errors import DataLossError
+from streaming_jobs.config import JobsSettings
+from streaming_jobs.errors import DataLossError, Gap
 from streaming_jobs.jobs.locations import Location
 from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.offsets import KafkaPositions
 from streaming_jobs.once.checkpoints import committed_offsets
-from streaming_jobs.ranges.positions import KafkaPositions
 
 
-@dataclass(frozen=True)
-class Gap:
-    """Offsets [first, first_available) of one partition: needed by the job, deleted by retention."""
-
-    topic: str
-    partition: int
-    first: int
-    first_available: int
-
-
-def gaps(settings: SparkSettings, where: Location) -> list[Gap]:
+def gaps(settings: JobsSettings, where: Location) -> list[Gap]:
     """Partitions where the checkpoint's next offset is below the earliest offset Kafka still has."""
     reached = committed_offsets(where.checkpoint)
     if not reached and where.starting_offsets:
@@ -44,7 +32,7 @@ def gaps(settings: SparkSettings, where: Location) -> list[Gap]:
     return found
 
 
-def check(settings: SparkSettings, spec: JobSpec, where: Location) -> None:
+def check(settings: JobsSettings, spec: JobSpec, where: Location) -> None:
     """Raise DataLossError naming every gap, if there is one."""
     found = gaps(settings, where)
     if found:

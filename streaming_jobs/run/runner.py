@@ -23,25 +23,25 @@ from typing import Any
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 
-from cdcpipe.errors import CdcpipeError
+from cdcpipe.common.errors import CdcpipeError
 from streaming_jobs.classify import outbox_events
 from streaming_jobs.classify.contracts import checked_registry
-from streaming_jobs.config import CONSUMER_GROUP_PREFIX, SparkSettings
+from streaming_jobs.config import CONSUMER_GROUP_PREFIX, JobsSettings
 from streaming_jobs.errors import PoisonCeilingError, SchemaChangeError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs import topics as sources
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec, find
 from streaming_jobs.lake.lease import LeaseLostError, LeaseUnavailableError
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.offsets import Partition
+from streaming_jobs.once import sources
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.once.batch import handle_batch
 from streaming_jobs.once.checkpoints import batch_end, write_progress
+from streaming_jobs.once.context import BatchContext, app_id
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
-from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
-from streaming_jobs.sinks.context import BatchContext, app_id
+from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ LEASE_RETRY_S = 2.0
 
 
 def run(
-    spec: JobSpec, settings: SparkSettings, *, trigger: str | None = None, stop: threading.Event | None = None
+    spec: JobSpec, settings: JobsSettings, *, trigger: str | None = None, stop: threading.Event | None = None
 ) -> None:
     """Run until the sources are drained (available-now) or `stop` is set."""
     stop = stop or threading.Event()
@@ -111,7 +111,7 @@ def run(
         reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
     stream = reader.load()
     # An event kind's stream is classified as it is read: Spark analyses the classification once for the
-    # query, where a batch that classified its records would pay it again each time (streaming_jobs.once.batch).
+    # query, where a batch that classified its records would pay it again each time (streaming_jobs.sinks.batch).
     classified = spec.kind not in TABLE_KINDS
     if classified:
         stream = outbox_events.classify(stream, registry)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger")
     parser.add_argument("--jobs-dir", type=Path, action="append", help="folders of job files (default: the built-in)")
     args = parser.parse_args(argv)
-    settings = SparkSettings.load(**({"spark_master": args.master} if args.master else {}))
+    settings = JobsSettings.load(**({"spark_master": args.master} if args.master else {}))
     spec = find(args.name, args.jobs_dir or list(settings.jobs_dirs))
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -1,1 +1,1 @@
-"""What each kind of job does with a batch: the batch's context, dead letters, the kinds' writes."""
+"""Where a batch goes: the dispatch by kind, each kind's writes, dead letters and poison records."""

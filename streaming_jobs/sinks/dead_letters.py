@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
-from streaming_jobs.sinks.context import BatchContext
+from streaming_jobs.once.context import BatchContext
 
 
 def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:

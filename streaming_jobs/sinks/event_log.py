@@ -6,8 +6,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.once import applied
+from streaming_jobs.once.context import EVENT_COLUMNS, BatchContext, applied_at, rows_added
 from streaming_jobs.once.resent import choose, remember, without
-from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext, applied_at, rows_added
 
 
 def event_log(events: DataFrame, ctx: BatchContext) -> int:

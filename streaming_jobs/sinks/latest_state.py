@@ -6,7 +6,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812
 
-from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext, applied_at
+from streaming_jobs.once.context import EVENT_COLUMNS, BatchContext, applied_at
 
 
 def _first_per(events: DataFrame, keys: list[str], newest: bool) -> DataFrame:

@@ -8,7 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.errors import StreamingError
-from streaming_jobs.sinks.context import EVENT_COLUMNS, BatchContext
+from streaming_jobs.once.context import EVENT_COLUMNS, BatchContext
 
 
 def projection(events: DataFrame, ctx: BatchContext) -> int:

@@ -19,9 +19,9 @@ from pyspark.sql.types import BinaryType, StringType
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
+from streaming_jobs.once.context import BatchContext, ensure_table
 from streaming_jobs.schema_change.apply import keep_copy
 from streaming_jobs.schema_change.types import spark_type
-from streaming_jobs.sinks.context import BatchContext, ensure_table
 
 MIRROR_META = ["_lsn", "_source_ts"]
 HISTORY_META = ["_lsn", "valid_from", "valid_to", "is_current"]

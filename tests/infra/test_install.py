@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from cdcpipe.home import REPO_ROOT
+from cdcpipe.common.home import REPO_ROOT
 from infra import install
 
 

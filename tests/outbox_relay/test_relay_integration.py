@@ -472,15 +472,18 @@ def test_the_backlog_counts_the_head_of_the_outbox_and_takes_postgres_count_beyo
     sort whole, and Postgres does so; it walks the index for large outboxes, which this test stands for.
     """
     monkeypatch.setattr(relay_sql, "BACKLOG_COUNTED", 1000)
-    relay = Relay(outbox.relay_settings(stack), outbox.names)
     table = sql.Identifier(outbox.names.outbox_schema, outbox.names.outbox_table)
+
+    def backlog(conn: psycopg.Connection[Any]) -> tuple[int, float]:  # what the relay's backlog probe reads
+        return relay_sql.read_backlog_row(conn.execute(relay_sql.backlog_sql(outbox.names)).fetchone())
+
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         # Postgres's count is exact here unless an ANALYZE replaces it with an estimate meanwhile.
         conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = off)").format(table))
-        assert relay.read_backlog(conn) == (0, 0.0)
+        assert backlog(conn) == (0, 0.0)
         outbox.insert([("order", "o-1", "X", {"n": i}) for i in range(3)])
         time.sleep(0.5)
-        count, age = relay.read_backlog(conn)
+        count, age = backlog(conn)
         assert count == 3
         assert 0.5 <= age < 30
         total = 50_000
@@ -491,7 +494,7 @@ def test_the_backlog_counts_the_head_of_the_outbox_and_takes_postgres_count_beyo
             (total,),
         )
         # Postgres counts the committed rows once the inserting session reports them (within a second or so).
-        wait_until(lambda: relay.read_backlog(conn)[0] == total, 30, f"the backlog to read {total}")
+        wait_until(lambda: backlog(conn)[0] == total, 30, f"the backlog to read {total}")
         row = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + backlog_sql(outbox.names)).fetchone()
     assert row is not None
     scans = [node for node in plan_nodes(row[0][0]["Plan"]) if node.get("Relation Name") == outbox.names.outbox_table]

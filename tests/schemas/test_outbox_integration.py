@@ -11,13 +11,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdcpipe.errors import ConfigError
+from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.scram import scram_verifier
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import BUILTIN_DIR, ContractRegistry
 from schemas.emit import emit
 from schemas.errors import ContractError, ContractViolationError, SchemaError
-from schemas.outbox import scram_verifier
 from tests.conftest import Outbox, Stack, cdcpipe
 
 pytestmark = pytest.mark.integration

@@ -18,11 +18,11 @@ def write(folder: Path, name: str, text: str) -> Path:
 
 
 def test_the_shipped_files_declare_every_topic_the_shipped_jobs_read() -> None:
-    from streaming_jobs.config import SparkSettings
+    from streaming_jobs.config import JobsSettings
     from streaming_jobs.jobs.spec import load_all
 
     declared = {spec.name for spec in topics.load(TOPICS_DIR).topics}
-    read = {t for spec in load_all(list(SparkSettings.load().jobs_dirs)).values() for t in spec.topics}
+    read = {t for spec in load_all(list(JobsSettings.load().jobs_dirs)).values() for t in spec.topics}
     assert read <= declared, f"jobs read topics no file declares: {sorted(read - declared)}"
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdcpipe.errors import ConfigError
-from streaming_jobs.config import SparkSettings
+from cdcpipe.common.errors import ConfigError
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import SparkJarsMissingError
 from streaming_jobs.spark_session import REQUIRED_JARS, session_conf
 
@@ -32,7 +32,7 @@ def jars_folder(tmp_path: Path, names: list[str]) -> Path:
 
 def test_conf_uses_local_jars_by_absolute_path_and_configures_delta(tmp_path: Path) -> None:
     folder = jars_folder(tmp_path, JAR_NAMES)
-    conf = session_conf(SparkSettings.load(spark_jars_dir=folder, lake=tmp_path / "lake"), "t")
+    conf = session_conf(JobsSettings.load(spark_jars_dir=folder, lake=tmp_path / "lake"), "t")
     jars = conf["spark.jars"].split(",")
     assert sorted(Path(j).name for j in jars) == sorted(JAR_NAMES)
     assert all(Path(j).is_absolute() for j in jars)
@@ -46,13 +46,13 @@ def test_conf_uses_local_jars_by_absolute_path_and_configures_delta(tmp_path: Pa
 def test_a_missing_jar_is_named_with_the_fix(tmp_path: Path, missing: str) -> None:
     folder = jars_folder(tmp_path, [n for n in JAR_NAMES if not n.startswith(missing)])
     with pytest.raises(SparkJarsMissingError, match=r"make install") as raised:
-        session_conf(SparkSettings.load(spark_jars_dir=folder), "t")
+        session_conf(JobsSettings.load(spark_jars_dir=folder), "t")
     assert missing in str(raised.value)
 
 
 def test_the_installed_jars_satisfy_the_session() -> None:
     """What `make install` put on disk is what the session needs (no JVM started)."""
-    conf = session_conf(SparkSettings.load(), "t")
+    conf = session_conf(JobsSettings.load(), "t")
     assert len(conf["spark.jars"].split(",")) >= len(REQUIRED_JARS)
 
 
@@ -68,9 +68,9 @@ def test_triggers_become_spark_intervals(trigger: str, spark: str) -> None:
 
 def test_a_job_on_a_standalone_cluster_takes_only_its_share_of_cores(tmp_path: Path) -> None:
     folder = jars_folder(tmp_path, JAR_NAMES)
-    local = session_conf(SparkSettings.load(spark_jars_dir=folder, spark_master="local[2]"), "t")
+    local = session_conf(JobsSettings.load(spark_jars_dir=folder, spark_master="local[2]"), "t")
     assert "spark.cores.max" not in local
-    cluster = session_conf(SparkSettings.load(spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077"), "t")
+    cluster = session_conf(JobsSettings.load(spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077"), "t")
     assert cluster["spark.cores.max"] == "1"
     assert cluster["spark.executor.cores"] == "1"
 
@@ -80,7 +80,7 @@ def test_a_job_on_a_cluster_with_a_secret_authenticates_and_the_secret_is_redact
     secret = tmp_path / "secret"
     secret.write_text("s3cret\n")
     cluster = session_conf(
-        SparkSettings.load(
+        JobsSettings.load(
             spark_jars_dir=folder, spark_master="spark://127.0.0.1:7077", spark_authenticate_secret_file=secret
         ),
         "t",
@@ -91,7 +91,7 @@ def test_a_job_on_a_cluster_with_a_secret_authenticates_and_the_secret_is_redact
     assert re.search(cluster["spark.redaction.regex"], 'ScramLoginModule required username="u" password="p";')
     assert re.search(cluster["spark.redaction.regex"], "kafka.ssl.keystore.key")
     local = session_conf(
-        SparkSettings.load(spark_jars_dir=folder, spark_master="local[2]", spark_authenticate_secret_file=secret), "t"
+        JobsSettings.load(spark_jars_dir=folder, spark_master="local[2]", spark_authenticate_secret_file=secret), "t"
     )
     assert "spark.authenticate" not in local
 
@@ -102,5 +102,5 @@ def test_a_lake_url_other_than_s3a_is_refused_not_taken_for_a_relative_folder(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CDCPIPE_LAKE", "s3://cdcpipe/lake")
     with pytest.raises(ConfigError, match="s3a://"):
-        SparkSettings.load()
+        JobsSettings.load()
     assert list(tmp_path.iterdir()) == []

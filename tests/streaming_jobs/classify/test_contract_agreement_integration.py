@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from schemas.contracts import Contract, ContractRegistry, default_registry
 from schemas.errors import ContractViolationError
 from streaming_jobs.classify import outbox_events
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.spark_session import build_spark_session
 from tests.conftest import Stack
 
@@ -42,7 +42,7 @@ CONTRACTS = [c for c in default_registry() if c.path.parent.name == "contracts"]
 
 @pytest.fixture(scope="module")
 def spark(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    settings = SparkSettings.load(
+    settings = JobsSettings.load(
         spark_master="local[1]",
         kafka=stack.kafka(),
         lake=tmp_path_factory.mktemp("lake"),

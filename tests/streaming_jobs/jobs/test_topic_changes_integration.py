@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: ignore[attr-defined]
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import lease_key, table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
@@ -169,7 +169,7 @@ def test_accept_topics_reads_what_the_table_holds_under_the_writer_lease(
     admin = AdminClient(stack.kafka_config())
     admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
     wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 2, 30, "2 partitions")
-    settings = SparkSettings.load(lake=job.lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"])
+    settings = JobsSettings.load(lake=job.lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"])
     table = settings.lake_root() / "out"
     with table_lock(table, "a backfill"):
         waiting = subprocess.Popen(

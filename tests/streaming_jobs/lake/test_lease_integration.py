@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdcpipe.errors import ConfigError
-from streaming_jobs.config import SparkSettings
+from cdcpipe.common.errors import ConfigError
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import (
     HEARTBEAT_S,
     IDLE_TIMEOUT_S,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 
 def lake(stack: Stack, where: str) -> LakePath:
-    return SparkSettings.load(lake=where, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"]).lake_root()
+    return JobsSettings.load(lake=where, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"]).lake_root()
 
 
 def test_one_writer_at_a_time_per_table_and_the_waiter_is_told_who_holds_it(
@@ -81,7 +81,7 @@ def test_a_writer_that_dies_hands_the_lease_over_at_once_and_learns_it_lost_it(s
 
 def test_without_a_lease_database_a_write_says_what_to_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CDCPIPE_LEASE_PG_DSN", raising=False)
-    table = SparkSettings.load(lake=str(tmp_path)).lake_root() / "out"
+    table = JobsSettings.load(lake=str(tmp_path)).lake_root() / "out"
     with pytest.raises(ConfigError, match="set CDCPIPE_LEASE_PG_DSN"), table_lock(table, "w"):
         pass
 
@@ -160,9 +160,9 @@ def test_a_writer_keeps_its_session_between_writes_and_replaces_one_that_was_cut
 
 HOLDER = """
 import sys, time
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import LeaseLostError, ensure_held, table_lock
-table = SparkSettings.load(lake=sys.argv[1]).lake_root() / "out"
+table = JobsSettings.load(lake=sys.argv[1]).lake_root() / "out"
 try:
     with table_lock(table, "frozen"):
         print("held", flush=True)
@@ -221,7 +221,7 @@ def test_a_frozen_writer_loses_its_lease_within_the_bound_and_never_commits_afte
 
 def test_a_waiter_gives_up_after_its_lease_wait_naming_the_holder(stack: Stack, tmp_path: Path) -> None:
     table = (
-        SparkSettings.load(
+        JobsSettings.load(
             lake=str(tmp_path), lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"], lease_wait_s=2
         ).lake_root()
         / "out"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath, check_lake
 
 
@@ -22,7 +22,7 @@ def test_a_lake_is_an_absolute_folder_or_an_s3a_url() -> None:
 
 def test_a_url_lake_setting_stays_a_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CDCPIPE_LAKE", "s3a://bucket/lake/")
-    lake = SparkSettings.load().lake_root()
+    lake = JobsSettings.load().lake_root()
     assert str(lake) == "s3a://bucket/lake"
     assert str(lake / "_checkpoints" / "j") == "s3a://bucket/lake/_checkpoints/j"
     assert (lake / "out").with_name("out_dead_letters").url == "s3a://bucket/lake/out_dead_letters"
@@ -51,7 +51,7 @@ def test_object_store_settings_fall_back_to_the_standard_aws_variables(monkeypat
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "id")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "shh")
     monkeypatch.setenv("CDCPIPE_S3_REGION", "eu-west-1")
-    store = SparkSettings.load().object_store
+    store = JobsSettings.load().object_store
     conf = store.hadoop_conf()
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"

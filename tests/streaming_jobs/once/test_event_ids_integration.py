@@ -16,12 +16,12 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from schemas.contracts import default_registry
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.once import resent
-from streaming_jobs.once.batch import handle_batch
+from streaming_jobs.once.context import BatchContext
 from streaming_jobs.once.event_ids import EventIds
-from streaming_jobs.sinks.context import BatchContext
+from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.spark_session import build_spark_session
 from tests.conftest import Stack
 from tests.streaming_jobs.helpers import opened
@@ -37,7 +37,7 @@ pytestmark = [
 
 @pytest.fixture
 def spark(stack: Stack, tmp_path: Path) -> Iterator[Any]:
-    settings = SparkSettings.load(
+    settings = JobsSettings.load(
         spark_master="local[1]",
         kafka=stack.kafka(),
         lake=tmp_path / "lake",
@@ -65,7 +65,7 @@ def test_the_memory_drops_resends_and_reads_the_table_again_after_another_writer
     assert producer.flush(30) == 0
 
     spec = JobSpec(name="ids", kind="event_log", topics=(topic,), table="out", dedupe_lookback_records=1000)
-    lake = SparkSettings.load(lake=str(tmp_path / "lake")).lake_root()  # with the stack's writer leases
+    lake = JobsSettings.load(lake=str(tmp_path / "lake")).lake_root()  # with the stack's writer leases
     table, dead = lake / "out", lake / "out_dead_letters"
     memory = EventIds(spec.dedupe_lookback_records)
     reads: list[int] = []  # the batches that read the table's ids

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from tests.conftest import Stack
@@ -46,7 +46,7 @@ def test_a_job_compacts_its_tables_as_it_runs_and_every_event_stays_applied_once
     lake = stack.s3_lake() if where == "s3" else str(tmp_path / "lake")
     job = make_job(stack, tmp_path, kind, [topic], lake=lake, max_offsets_per_trigger=3, optimize_every=2)
     job.run()
-    root = SparkSettings.load(lake=lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"]).lake_root()
+    root = JobsSettings.load(lake=lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"]).lake_root()
     table = root / "out"
     operations = [op for op, _ in commits(table)]
     assert "OPTIMIZE" in operations, operations

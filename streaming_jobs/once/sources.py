@@ -15,16 +15,15 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from streaming_jobs.config import SparkSettings
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import MissingTopicsError, StreamingError, TopicChangedError
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.offsets import Partition, TopicIdentity
 from streaming_jobs.once import applied
-from streaming_jobs.once.applied import TopicIdentity
-from streaming_jobs.ranges.positions import Partition
 
 
-def identities(settings: SparkSettings, job: str, topics: Iterable[str]) -> dict[str, TopicIdentity]:
+def identities(settings: JobsSettings, job: str, topics: Iterable[str]) -> dict[str, TopicIdentity]:
     """Each topic's Kafka id and partition count; `MissingTopicsError` for topics the cluster lacks."""
     topics = list(topics)
     admin = AdminClient(settings.kafka.client_config())
@@ -49,7 +48,7 @@ def identities(settings: SparkSettings, job: str, topics: Iterable[str]) -> dict
     return found
 
 
-def missing(settings: SparkSettings, spec: JobSpec) -> list[str]:
+def missing(settings: JobsSettings, spec: JobSpec) -> list[str]:
     """The job's topics the cluster does not have."""
     try:
         identities(settings, spec.name, spec.topics)
@@ -58,7 +57,7 @@ def missing(settings: SparkSettings, spec: JobSpec) -> list[str]:
     return []
 
 
-def check_topics(settings: SparkSettings, spec: JobSpec, table: LakePath) -> dict[str, TopicIdentity]:
+def check_topics(settings: JobsSettings, spec: JobSpec, table: LakePath) -> dict[str, TopicIdentity]:
     """The job's topics as they are now; refused if they are not those the table holds offsets of."""
     now = identities(settings, spec.name, spec.topics)
     held = applied.read(table).topics

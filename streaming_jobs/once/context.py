@@ -15,11 +15,11 @@ from pyspark.sql import functions as F  # noqa: N812
 from schemas.table_contracts import TableContract
 from streaming_jobs.jobs.spec import EVENT_IDS_SUFFIX, JobSpec
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.offsets import Partition, TopicIdentity
 from streaming_jobs.once import applied
-from streaming_jobs.once.applied import Interval, TopicIdentity
+from streaming_jobs.once.applied import Interval
 from streaming_jobs.once.event_ids import EventIds, Record
 from streaming_jobs.phases import Phases
-from streaming_jobs.ranges.positions import Partition
 
 EVENT_COLUMNS = [
     "event_id",
@@ -93,7 +93,7 @@ class BatchContext:
     topics: Mapping[str, TopicIdentity] = field(default_factory=dict)  # as checked when the run began
     # The Delta transaction marker of this batch's writes to the tables beside the job's (dead letters, event
     # ids) when it is not (app_id, batch_id): a piece of a batch that failed on a poison record
-    # (streaming_jobs.once.poison) is one write of its own.
+    # (streaming_jobs.sinks.poison) is one write of its own.
     txn: tuple[str, int] | None = None
     # The table kinds: the source table's contract the batch is written with (evolved by this batch, maybe).
     contract: TableContract | None = None
@@ -128,7 +128,7 @@ class BatchContext:
         Writes in this block (MERGE, UPDATE, DELETE, appends) carry, in the commit's userMetadata, the offset
         intervals the table holds with this batch in. Make exactly one commit to the job's table here: the
         intervals are true once that commit is in, and they are what applies each record once. A replayed
-        batch, or the part of one the table holds, is dropped before any write (streaming_jobs.once.batch),
+        batch, or the part of one the table holds, is dropped before any write (streaming_jobs.sinks.batch),
         under the writer lease; so no Delta txnAppId/txnVersion marker is needed here, and none is written:
         Delta rebuilds a table's transaction state (a Spark job) on every write that carries one.
         """

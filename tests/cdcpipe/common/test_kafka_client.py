@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdcpipe.errors import ConfigError
-from cdcpipe.kafka_client import KafkaSettings, read_properties, report_error, write_properties
+from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.kafka_client import KafkaSettings, read_properties, report_error, write_properties
 from outbox_relay.config import RelaySettings
 
 SECURED = {

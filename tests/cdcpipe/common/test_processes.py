@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from cdcpipe.processes import TrackedProcess
+from cdcpipe.common.processes import TrackedProcess
 
 
 def tracked(tmp_path: Path, stop_signal: signal.Signals = signal.SIGTERM) -> TrackedProcess:

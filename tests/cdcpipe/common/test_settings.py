@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from cdcpipe.errors import ConfigError
-from cdcpipe.kafka_client import KafkaSettings
-from cdcpipe.settings import StageSettings
+from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.kafka_client import KafkaSettings
+from cdcpipe.common.settings import StageSettings
 from infra.config import StackSettings
 
 
@@ -18,12 +18,20 @@ def test_environment_overrides_default(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_file_section_is_read_and_environment_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     config = tmp_path / "cdcpipe.toml"
-    config.write_text('[stack]\nkafka_port = 29092\nconnect_port = 28083\n[spark]\nspark_master = "local[1]"\n')
+    config.write_text('[stack]\nkafka_port = 29092\nconnect_port = 28083\n[jobs]\nspark_master = "local[1]"\n')
     monkeypatch.setenv("CDCPIPE_CONFIG", str(config))
     monkeypatch.setenv("CDCPIPE_CONNECT_PORT", "38083")
     settings = StackSettings.load()
     assert settings.kafka_port == 29092
     assert settings.connect_port == 38083
+
+
+def test_a_section_renamed_since_is_refused_with_its_new_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "cdcpipe.toml"
+    config.write_text('[spark]\nspark_master = "local[1]"\n')
+    monkeypatch.setenv("CDCPIPE_CONFIG", str(config))
+    with pytest.raises(ConfigError, match=r"the \[spark\] section is now \[jobs\]; rename it"):
+        StackSettings.load()
 
 
 def test_bad_value_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +101,7 @@ def _settings_models() -> list[type[StageSettings]]:
     from outbox_relay.config import RelaySettings
     from schemas.config import OutboxNames, SchemaSettings
     from schemas.topics import TopicSettings
-    from streaming_jobs.config import SparkSettings
+    from streaming_jobs.config import JobsSettings
     from streaming_jobs.lake.store import ObjectStoreSettings
 
     return [
@@ -104,7 +112,7 @@ def _settings_models() -> list[type[StageSettings]]:
         OutboxNames,
         SchemaSettings,
         TopicSettings,
-        SparkSettings,
+        JobsSettings,
         ObjectStoreSettings,
     ]
 

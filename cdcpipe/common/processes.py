@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdcpipe.private_files import open_private_log
+from cdcpipe.common.private_files import open_private_log
 
 # Popen objects of the services this process started, kept so that they are reaped (and not reported
 # as "still running" when garbage-collected) while this process lives; keyed by pid.

@@ -18,10 +18,12 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from cdcpipe.errors import ConfigError
+from cdcpipe.common.errors import ConfigError
 
 CONFIG_VARIABLE = "CDCPIPE_CONFIG"
 ENV_PREFIX = "CDCPIPE_"
+# Sections renamed since a release: a file that still has the old name is refused with the new one.
+RENAMED_SECTIONS = {"spark": "jobs"}
 
 
 def config_file() -> Path | None:
@@ -50,6 +52,9 @@ class _TomlSection(PydanticBaseSettingsSource):
                 data = tomllib.load(f)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or unset {CONFIG_VARIABLE}") from exc
+        for old, new in RENAMED_SECTIONS.items():
+            if old in data:
+                raise ConfigError(f"{path}: the [{old}] section is now [{new}]; rename it (its keys are unchanged)")
         section_data = data.get(section, {})
         if not isinstance(section_data, dict):
             raise ConfigError(f"{path}: [{section}] must be a table of settings")

@@ -33,10 +33,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
 from streaming_jobs.errors import PoisonCeilingError
+from streaming_jobs.offsets import Partition
 from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.ranges.positions import Partition
-from streaming_jobs.sinks.context import BatchContext, record_only
+from streaming_jobs.once.context import BatchContext, record_only
 from streaming_jobs.sinks.dead_letters import write_dead_letters
 
 log = logging.getLogger(__name__)

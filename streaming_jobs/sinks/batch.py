@@ -20,16 +20,16 @@ from pyspark.sql import functions as F  # noqa: N812
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes
-from streaming_jobs.config import SparkSettings
-from streaming_jobs.jobs import topics as sources
+from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import TABLE_KINDS
 from streaming_jobs.lake.lease import ensure_held, table_lock
-from streaming_jobs.once import applied, poison
+from streaming_jobs.offsets import Partition
+from streaming_jobs.once import applied, sources
+from streaming_jobs.once.context import RECORD_COLUMNS, BatchContext, record_only
 from streaming_jobs.once.event_ids import Record
 from streaming_jobs.once.resent import drop_resent
-from streaming_jobs.ranges.positions import Partition
 from streaming_jobs.schema_change import apply as schema_change
-from streaming_jobs.sinks.context import RECORD_COLUMNS, BatchContext, record_only
+from streaming_jobs.sinks import poison
 from streaming_jobs.sinks.dead_letters import write_dead_letters
 from streaming_jobs.sinks.event_log import event_log
 from streaming_jobs.sinks.latest_state import latest_state
@@ -108,7 +108,7 @@ def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext,
         ctx.table,
         start,
         schema_change.observed(shaped),
-        lambda: SparkSettings.load().source_pg_dsn,
+        lambda: JobsSettings.load().source_pg_dsn,
         own,
     )
     return replace(ctx, contract=contract), table_changes.classify(shaped, contract, plans)
