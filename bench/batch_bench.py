@@ -37,9 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from common import create_topic, env_kafka, fill_topic, stack_env
 from confluent_kafka.admin import AdminClient
-from jobs_bench import create_topic, fill_topic
-from relay_bench import env_kafka, stack_env
 
 from infra.config import StackSettings
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import BATCH, PARTITIONS, RESULTS, create_bench_topics, drain, stack_env, start_relay, wait_leader
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
-from relay_bench import BATCH, PARTITIONS, RESULTS, create_bench_topics, drain, stack_env, start_relay, wait_leader
 
 from infra import kafka_security
 from infra.config import StackSettings

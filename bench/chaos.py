@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,15 +45,15 @@ from typing import Any, cast
 
 import chaos_checks as checks
 import psycopg
+from common import EXAMPLES, create_bench_topics, free_port, stack_env, start_relay
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 from psycopg import sql
-from relay_bench import create_bench_topics, free_port, stack_env, start_relay
 
 from cdcpipe.common.kafka_client import KafkaSettings
 from connectors.client import ConnectClient
-from connectors.config import DEFINITIONS_DIR, ConnectSettings
+from connectors.config import ConnectSettings
 from infra import kafka_security
 from infra import stack as local_stack
 from infra.config import StackSettings
@@ -270,7 +271,7 @@ def prepare(soak: Soak) -> list[checks.Event]:
     # The mirror and history jobs' contract, written from the catalog as a user would (`schema tables import`).
     with psycopg.connect(soak.dsn, autocommit=True) as conn:
         catalog.import_tables(conn, [f"{soak.schema}.accounts"], soak.work / "contracts")
-    shipped = json.loads((DEFINITIONS_DIR / "tables.json").read_text())["config"]
+    shipped = json.loads((EXAMPLES / "connectors" / "tables.json").read_text())["config"]
     definition = soak.work / "connector.json"
     definition.write_text(
         json.dumps(
@@ -293,13 +294,14 @@ def prepare(soak: Soak) -> list[checks.Event]:
 
     jobs = soak.work / "jobs"
     jobs.mkdir()
+    shutil.copy(EXAMPLES / "jobs" / "balances.py", jobs)  # the projection job's module, beside its file
     common = 'trigger = "1s"\n'
     events = f'topics = ["{soak.event_topic}"]\n'
     changes = f'topics = ["{soak.change_topic}"]\nsource_table = "{soak.schema}.accounts"\n'
     bodies = {
         "event_log": events,
         "latest_state": events,
-        "projection": events + 'projection = "streaming_jobs.projections.balances:apply"\n',
+        "projection": events + 'projection = "balances:apply"\n',
         "table_mirror": changes,
         "table_history": changes,
     }

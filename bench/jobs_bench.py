@@ -41,14 +41,12 @@ from urllib.parse import unquote
 
 import psycopg
 import pyarrow.parquet as pq
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from psycopg import sql
-from pyarrow import fs as pafs
-from relay_bench import (
-    PAD,
-    create_bench_topics,
+from common import (
+    PARTITIONS,
+    RESULTS,
+    create_topic,
     env_kafka,
+    fill_topic,
     generate,
     machine_busy_ticks,
     process_ticks,
@@ -56,6 +54,10 @@ from relay_bench import (
     start_relay,
     wait_leader,
 )
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from psycopg import sql
+from pyarrow import fs as pafs
 
 from infra.config import StackSettings
 from schemas import outbox as schema_outbox
@@ -63,9 +65,6 @@ from schemas.config import OutboxNames, SchemaSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
 
-# A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
-RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
-PARTITIONS = 4
 # A driver's first minutes are slower than its days after (the 10-minute run's batch durations fall by minute
 # for about three: the JVM compiles its hot code, caches fill): the latency figures are of a job that has run a
 # while. Each run starts its own driver, so each gets this much of the same load before it is measured.
@@ -79,10 +78,6 @@ def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str, setti
         f'name = "{name}"\nkind = "{kind}"\ntopics = ["{topic}"]\ntable = "{name}"\ntrigger = "{trigger}"\n'
         + "".join(f"{line}\n" for line in settings)
     )
-
-
-def create_topic(env: dict[str, str], topic: str) -> None:
-    create_bench_topics(env_kafka(env), [topic], PARTITIONS)
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -492,25 +487,6 @@ def _visible_at(table: LakePath) -> list[tuple[int, float]]:
                 text = str(payload)
                 out.append((int(text[text.index(":") + 1 : text.index(",")]), visible))
     return out
-
-
-def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
-    """`events` 1 KB AccountOpened events in the outbox wire format, over `keys` accounts."""
-    producer = Producer(env_kafka(env).client_config(**{"linger.ms": 20}))
-    value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
-    for k in range(events):
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("id", str(uuid.uuid4()).encode()),
-            ("eventType", b"AccountOpened"),
-            ("eventVersion", b"1"),
-        ]
-        while True:
-            try:
-                producer.produce(topic, key=f"acc-{k % keys}".encode(), value=value, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    producer.flush()
 
 
 def throughput(env: dict[str, str], lake: LakePath, tag: str, events: int) -> dict[str, Any]:

@@ -28,8 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from jobs_bench import PARTITIONS, create_topic, fill_topic
-from relay_bench import stack_env
+from common import PARTITIONS, create_topic, fill_topic, stack_env
 
 from infra.config import StackSettings
 

@@ -24,19 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from common import BATCH, PARTITIONS, RESULTS, drain, stack_env, start_relay, wait_leader
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
-from relay_bench import (
-    BATCH,
-    PARTITIONS,
-    RESULTS,
-    drain,
-    kafka_ceiling,
-    latency_run,
-    stack_env,
-    start_relay,
-    wait_leader,
-)
+from relay_bench import kafka_ceiling, latency_run  # this bench is the relay bench over the TLS listener
 
 from cdcpipe.common.kafka_client import KafkaSettings
 from infra import kafka_security

@@ -10,8 +10,6 @@ from pydantic import Field, SecretStr, model_validator
 from cdcpipe.common.errors import ConfigError
 from cdcpipe.common.settings import StageSettings
 
-DEFINITIONS_DIR = Path(__file__).parent / "definitions"
-
 
 class ConnectSettings(StageSettings):
     """Where Kafka Connect is, and the database its Debezium connectors read (for slot status)."""

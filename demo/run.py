@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from cdcpipe.common.errors import CdcpipeError
+from cdcpipe.common.home import REPO_ROOT
 from infra import kafka_security
 from infra.config import StackSettings
 from infra.stack import env_values
@@ -33,6 +34,13 @@ from schemas.topics import TopicSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.lake.store import ObjectStoreSettings
 
+EXAMPLES = REPO_ROOT / "examples"
+SAMPLES = {
+    "CDCPIPE_CONTRACT_DIRS": EXAMPLES / "contracts",
+    "CDCPIPE_TABLE_CONTRACT_DIRS": EXAMPLES / "tables",
+    "CDCPIPE_TOPICS_DIR": EXAMPLES / "topics",
+    "CDCPIPE_JOBS_DIRS": EXAMPLES / "jobs",
+}
 JOB = "account_balances"
 ACCOUNTS = 40
 DEPOSITS = 600
@@ -108,8 +116,10 @@ def _read(table: LakePath, store: ObjectStoreSettings) -> list[dict[str, Any]]:
 def run(say: Callable[[str], None] = print) -> None:
     """Run the sample through the pipeline and show the result; raise DemoError if it does not arrive."""
     stack = StackSettings.load()
-    env = {**os.environ, **env_values(stack)}
-    os.environ.update(env)  # the settings loaded below, in this process, read the same stack
+    # The demo's samples (contracts, table contract, topic files, job files): cdcpipe ships none and finds none
+    # by default; the demo chooses these, over any folders of the user's.
+    env = {**os.environ, **env_values(stack), **{v: str(folder) for v, folder in SAMPLES.items()}}
+    os.environ.update(env)  # the settings loaded below, in this process, read the same stack and samples
     from streaming_jobs.config import JobsSettings
     from streaming_jobs.run import control as job_control
 

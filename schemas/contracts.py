@@ -1,7 +1,7 @@
 """Event contracts: one JSON Schema file per event type and version, `<EventType>.v<N>.json`.
 
-The project's own contracts live in `schemas/contracts/`; a user adds folders of their own with
-`CDCPIPE_CONTRACT_DIRS` (colon-separated). Each file declares the aggregate type its events belong to
+They live in the folders of `CDCPIPE_CONTRACT_DIRS` (colon-separated), the user's own: cdcpipe ships none
+(the demo's are in `examples/contracts/`, which the demo chooses). Each file declares the aggregate type its events belong to
 (`x-aggregate-type`). Writers (`emit`) and readers (the streaming jobs) validate against the same files.
 """
 
@@ -24,7 +24,6 @@ from jsonschema.exceptions import ValidationError
 from schemas import compatibility
 from schemas.errors import ContractError, ContractViolationError, UnknownEventTypeError
 
-BUILTIN_DIR = Path(__file__).parent / "contracts"
 DIRS_VARIABLE = "CDCPIPE_CONTRACT_DIRS"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -158,7 +157,7 @@ class ContractRegistry:
             known = ", ".join(sorted({t for t, _ in self._contracts})) or "none"
             raise UnknownEventTypeError(
                 f"no contract for event type {event_type!r} (known: {known}); "
-                f"add schemas/contracts/{event_type}.v1.json or a folder in {DIRS_VARIABLE}"
+                f"add {event_type}.v1.json to a folder of {DIRS_VARIABLE} ({_dirs_said()})"
             )
         chosen = versions[-1] if version is None else version
         if chosen not in versions:
@@ -245,7 +244,16 @@ def _registry_for(dirs: tuple[Path, ...]) -> ContractRegistry:
     return ContractRegistry(dirs)
 
 
+def contract_dirs() -> tuple[Path, ...]:
+    """The folders of $CDCPIPE_CONTRACT_DIRS, in order."""
+    return tuple(Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p)
+
+
+def _dirs_said() -> str:
+    dirs = contract_dirs()
+    return "now " + ":".join(map(str, dirs)) if dirs else "unset: no contract is known"
+
+
 def default_registry() -> ContractRegistry:
-    """The built-in contracts plus the folders in $CDCPIPE_CONTRACT_DIRS (loaded once per process)."""
-    extra = [Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p]
-    return _registry_for((BUILTIN_DIR, *extra))
+    """The contracts in the folders of $CDCPIPE_CONTRACT_DIRS (loaded once per process)."""
+    return _registry_for(contract_dirs())

@@ -7,7 +7,7 @@ that matters for the data: `numeric(12,2)`, `varchar(100)`, `bpchar(3)`, `timest
 catalog and a change's own schema compare directly.
 
 The JSON Schema of each type is what Debezium's JSON converter sends for it with the table connector's
-settings (connectors/definitions/tables.json): `decimal.handling.mode=string`, `binary.handling.mode=bytes`
+settings (examples/connectors/tables.json): `decimal.handling.mode=string`, `binary.handling.mode=bytes`
 (base64), `time.precision.mode=adaptive_time_microseconds`, `interval.handling.mode=numeric`.
 """
 

@@ -5,8 +5,8 @@ name the key the mirror and history jobs key on (`x-primary-key`). `cdcpipe sche
 from the Postgres catalog (schemas.catalog), with each column's catalog type (`x-pg-type`) and `x-attnum`; a
 hand-written one may leave those out (its JSON types then stand for int8, float8, bool and text).
 
-Folders, first match wins: the built-in `schemas/tables/`, then CDCPIPE_TABLE_CONTRACT_DIRS (colon-separated;
-its first folder is where `import` writes, and where a job writes a contract it evolved).
+Folders: CDCPIPE_TABLE_CONTRACT_DIRS (colon-separated), first match wins; its first folder is where `import`
+writes, and where a job writes a contract it evolved. cdcpipe ships none (the demo's: `examples/tables/`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from schemas.contracts import read_json_schema
 from schemas.errors import ContractError
 from schemas.pg_types import PgType, from_json_schema
 
-BUILTIN_DIR = Path(__file__).parent / "tables"
 DIRS_VARIABLE = "CDCPIPE_TABLE_CONTRACT_DIRS"
 
 
 def contract_folders() -> list[Path]:
-    """Where contracts are looked for, in order: the built-in folder, then CDCPIPE_TABLE_CONTRACT_DIRS."""
-    return [BUILTIN_DIR, *(Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p)]
+    """Where contracts are looked for, in order: the folders of CDCPIPE_TABLE_CONTRACT_DIRS."""
+    return [Path(p) for p in os.environ.get(DIRS_VARIABLE, "").split(":") if p]
 
 
 def user_folder() -> Path | None:
@@ -88,14 +87,15 @@ class TableContract:
 
 
 def load_table_contract(table: str) -> TableContract:
-    """The contract of `schema.table`, from the built-in folder or CDCPIPE_TABLE_CONTRACT_DIRS."""
+    """The contract of `schema.table`, from the first folder of CDCPIPE_TABLE_CONTRACT_DIRS that has one."""
     for folder in contract_folders():
         path = contract_path(folder, table)
         if path.is_file():
             return _load(table, path)
     raise ContractError(
         f"no row contract for table {table}: write it from the catalog with `cdcpipe schema tables import {table}` "
-        f"(into the first folder of {DIRS_VARIABLE}, or --dir), or add {BUILTIN_DIR / (table + '.json')}"
+        f"(into the first folder of {DIRS_VARIABLE}, or --dir); looked in: "
+        f"{':'.join(map(str, contract_folders())) or f'nothing, {DIRS_VARIABLE} is unset'}"
     )
 
 

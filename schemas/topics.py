@@ -1,4 +1,4 @@
-"""Versioned topic files (`schemas/topics/*.toml`) and `cdcpipe topics apply`.
+"""Versioned topic files (`*.toml` in `CDCPIPE_TOPICS_DIR`; the demo's: `examples/topics/`) and `cdcpipe topics apply`.
 
 The cluster creates no topic on its own (`auto.create.topics.enable=false`, as in production): every topic
 the relay, the connectors' EventRouter and the jobs use is declared in a file and created by `apply`.
@@ -39,7 +39,6 @@ from cdcpipe.common.kafka_client import KafkaSettings, unreachable_reason
 from cdcpipe.common.settings import StageSettings
 from schemas.errors import TopicError
 
-TOPICS_DIR = Path(__file__).resolve().parent / "topics"
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 PRINCIPAL = re.compile(r"[A-Za-z]+:[^\s,;]+")
 TOPIC_KEYS = ("name", "partitions", "replication_factor", "config", "producers", "consumers")
@@ -61,7 +60,9 @@ class TopicSettings(StageSettings):
     toml_section: ClassVar[str] = "topics"
 
     kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
-    topics_dir: Path = Field(TOPICS_DIR, description="folder of topic files (*.toml)")
+    topics_dir: Path | None = Field(
+        None, description="folder of topic files (*.toml), yours: cdcpipe ships none (the demo's: examples/topics)"
+    )
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,13 @@ class Declared:
     prefixes: list[PrefixGrant]
 
 
-def load(folder: Path) -> Declared:
+def load(folder: Path | None) -> Declared:
     """Every topic and prefix declared in `folder/*.toml`, validated; a name declared twice is an error."""
+    if folder is None:
+        raise TopicError(
+            "no topic files: set CDCPIPE_TOPICS_DIR (or topics_dir in [topics]) to your folder of *.toml "
+            "(examples/topics holds the demo's)"
+        )
     if not folder.is_dir():
         raise TopicError(f"topic files: {folder} is not a folder; set CDCPIPE_TOPICS_DIR to the folder of *.toml")
     specs: dict[str, TopicSpec] = {}

@@ -61,8 +61,8 @@ class JobsSettings(StageSettings):
     spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
     jobs_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
-        (Path(__file__).parent / "definitions",),
-        description="folders of job files (colon-separated); the built-in examples by default",
+        (),
+        description="folders of job files (colon-separated), yours: cdcpipe ships none (the demo's: examples/jobs)",
     )
     lake: str = Field(
         default_factory=lambda: str(default_home() / "state" / "lake"),

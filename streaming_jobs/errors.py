@@ -48,7 +48,7 @@ class MissingTopicsError(StreamingError):
         super().__init__(
             f"job {job} reads {', '.join(topics)}, which the cluster does not have (it creates no topic on first "
             "use), or which the job's principal may not DESCRIBE (Kafka answers both alike): declare each in a "
-            "topic file (schemas/topics/*.toml) with the jobs' principal among its `consumers` and run "
+            "topic file (in CDCPIPE_TOPICS_DIR) with the jobs' principal among its `consumers` and run "
             "`cdcpipe topics apply`, then submit again"
         )
 

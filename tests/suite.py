@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from tests.conftest import OWNED_VARIABLE, cdcpipe, parse_exports
+from tests.support.stack import OWNED_VARIABLE, cdcpipe, parse_exports
 
 
 def main() -> int:

@@ -12,11 +12,11 @@ from cdcpipe.cli.common import settings_help
 from connectors import commands as connector_commands
 from connectors import slots
 from connectors.client import ConnectClient
-from connectors.config import DEFINITIONS_DIR, ConnectSettings
+from connectors.config import ConnectSettings
 from connectors.errors import ConnectError
 
 app = typer.Typer(
-    help="Debezium connectors on Kafka Connect, from versioned definition files (connectors/definitions/).",
+    help="Debezium connectors on Kafka Connect, from versioned definition files of yours (the demo's: examples/connectors).",
     epilog=settings_help(ConnectSettings),
     no_args_is_help=True,
 )
@@ -36,7 +36,7 @@ def _lifecycle(action: str, name: str) -> None:
 
 @app.command("apply")
 def connectors_apply(
-    path: Path = typer.Argument(DEFINITIONS_DIR, help="a definition file, or a folder of them"),
+    path: Path = typer.Argument(..., help="a definition file, or a folder of them (the demo's: examples/connectors)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show the plan; change nothing"),
 ) -> None:
     """Validate each definition against its plugin, then create or update what differs."""

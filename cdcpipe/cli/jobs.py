@@ -15,7 +15,7 @@ from cdcpipe.cli.common import settings_help
 from streaming_jobs.config import JobsSettings
 
 app = typer.Typer(
-    help="Streaming jobs: Kafka topics into Delta tables (job files in streaming_jobs/definitions/).",
+    help="Streaming jobs: Kafka topics into Delta tables (job files in $CDCPIPE_JOBS_DIRS; the demo's: examples/jobs).",
     epilog=settings_help(JobsSettings),
     no_args_is_help=True,
 )

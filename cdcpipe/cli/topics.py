@@ -9,7 +9,7 @@ from schemas import topics
 from schemas.topics import TopicSettings
 
 app = typer.Typer(
-    help="Kafka topics from versioned files (schemas/topics/*.toml): the cluster creates none on its own.",
+    help="Kafka topics from versioned files (*.toml in $CDCPIPE_TOPICS_DIR): the cluster creates none on its own.",
     epilog=settings_help(TopicSettings),
     no_args_is_help=True,
 )

@@ -92,7 +92,7 @@ def _columns(registry: ContractRegistry) -> _Columns:
                 F.col("event_type"),
                 F.lit(".v"),
                 F.col("event_version_text"),
-                F.lit(".json in schemas/contracts or a folder of CDCPIPE_CONTRACT_DIRS"),
+                F.lit(".json in a folder of CDCPIPE_CONTRACT_DIRS"),
             ),
         )
         .otherwise(by_contract)

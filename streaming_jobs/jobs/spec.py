@@ -1,4 +1,4 @@
-"""Job definitions: one TOML file per streaming job, under streaming_jobs/definitions/ or a folder of yours.
+"""Job definitions: one TOML file per streaming job, in the folders of CDCPIPE_JOBS_DIRS (the demo's: examples/jobs).
 
     name = "accounts_latest"
     kind = "latest_state"                    # event_log | latest_state | projection | table_mirror | table_history
@@ -26,7 +26,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath, check_lake, is_url
@@ -75,6 +75,8 @@ class JobSpec(BaseModel):
     """One streaming job as declared in its file."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # The folder of the file it was read from: a projection's module is looked for there first.
+    _folder: Path | None = PrivateAttr(None)
 
     name: str = Field(pattern=JOB_NAME.pattern, description="lower case, digits, '_' and '-'")
     kind: Kind
@@ -82,9 +84,11 @@ class JobSpec(BaseModel):
     table: str = Field(min_length=1)
     trigger: str = "1s"
     delete_event_types: tuple[str, ...] = ()
-    projection: str | None = Field(None, description="module:function, for kind = projection")
+    projection: str | None = Field(
+        None, description="module:function, for kind = projection; the module may sit beside the job file"
+    )
     source_table: str | None = Field(
-        None, description="schema.table whose row contract (schemas/tables/) the table kinds parse with"
+        None, description="schema.table whose row contract (CDCPIPE_TABLE_CONTRACT_DIRS) the table kinds parse with"
     )
     on_schema_change: SchemaChangePolicy = Field(
         default_factory=SchemaChangePolicy, description="table kinds: what a change of the source's columns does"
@@ -153,6 +157,11 @@ class JobSpec(BaseModel):
         unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}[match[2]]
         return f"{match[1]} {unit}"
 
+    @property
+    def folder(self) -> Path | None:
+        """The folder of the job file it was read from (None when made in code)."""
+        return self._folder
+
     def table_path(self, lake: LakePath) -> LakePath:
         return lake.place(self.table)
 
@@ -167,10 +176,12 @@ def load_file(path: Path) -> JobSpec:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise StreamingError(f"{path}: cannot read the job definition ({exc})") from exc
     try:
-        return JobSpec.model_validate(data)
+        spec = JobSpec.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in exc.errors())
         raise StreamingError(f"{path}: invalid job definition: {problems}") from exc
+    spec._folder = path.parent
+    return spec
 
 
 def load_all(folders: list[Path]) -> dict[str, JobSpec]:
@@ -217,8 +228,15 @@ def check_name(name: str) -> str:
 def find(name: str, folders: list[Path]) -> JobSpec:
     """The job called `name`, or an error listing the jobs there are."""
     check_name(name)
+    if not folders:
+        raise StreamingError(
+            f"no job named {name!r}: no job folder is set; set CDCPIPE_JOBS_DIRS to your folder(s) of job files "
+            "(colon-separated; examples/jobs holds the demo's)"
+        )
     jobs = load_all(folders)
     if name not in jobs:
         known = ", ".join(sorted(jobs)) or "none"
-        raise StreamingError(f"no job named {name!r} (known: {known}); add a .toml file under {folders[0]}")
+        raise StreamingError(
+            f"no job named {name!r} in {':'.join(map(str, folders))} (known: {known}); add a .toml file there"
+        )
     return jobs[name]

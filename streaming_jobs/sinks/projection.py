@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
@@ -14,6 +15,9 @@ from streaming_jobs.once.context import EVENT_COLUMNS, BatchContext
 def projection(events: DataFrame, ctx: BatchContext) -> int:
     """Hand the batch's valid events to the user's function, which writes through ctx.idempotent()."""
     module_name, _, function_name = (ctx.job.projection or "").partition(":")
+    folder = ctx.job.folder
+    if folder is not None and str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))  # a projection's module may sit beside its job file
     try:
         function = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.bench.conftest import BENCH
-from tests.conftest import Stack, cdcpipe
+from tests.support.bench import BENCH
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from tests.bench.conftest import load_bench_module
+from tests.support.bench import load_bench_module
 
 checks: Any = load_bench_module("chaos_checks")
 Event = checks.Event

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench.conftest import BENCH
-from tests.conftest import Stack
+from tests.support.bench import BENCH
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
 

@@ -15,8 +15,7 @@ from psycopg import sql
 
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.helpers import (
+from tests.support.connectors import (
     connect_client,
     outbox_connector,
     shipped,
@@ -24,8 +23,11 @@ from tests.connectors.helpers import (
     wait_state,
     write_definition,
 )
-from tests.kafka_helpers import Record, create_topics, read_topics
-from tests.outbox_relay.helpers import relay_thread, wait_until
+from tests.support.kafka import Record, create_topics, read_topics
+from tests.support.outbox import Outbox
+from tests.support.relay import relay_thread
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from connectors import definitions
-from connectors.config import DEFINITIONS_DIR
 from connectors.errors import DefinitionError
+from demo.run import EXAMPLES
 
 BASE = {"connector.class": "io.debezium.connector.postgresql.PostgresConnector", "topic.prefix": "p"}
 
@@ -22,7 +22,7 @@ def write(tmp_path: Path, config: dict[str, object], name: str = "c.json") -> Pa
 
 
 def test_the_shipped_definitions_load_and_hold_no_secret() -> None:
-    loaded = definitions.load(DEFINITIONS_DIR)
+    loaded = definitions.load(EXAMPLES / "connectors")
     assert {d.name for d in loaded} == {"cdcpipe-outbox", "cdcpipe-tables"}
     for d in loaded:
         assert d.config["database.password"].startswith("${env:")

@@ -12,10 +12,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.helpers import connect_client, outbox_connector, wait_slot_active, wait_state, write_definition
-from tests.kafka_helpers import create_topics, read_topics
-from tests.outbox_relay.helpers import wait_until
+from tests.support.connectors import connect_client, outbox_connector, wait_slot_active, wait_state, write_definition
+from tests.support.kafka import create_topics, read_topics
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

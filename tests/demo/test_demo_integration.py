@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,11 @@ from cdcpipe.common.kafka_client import read_properties
 from infra.kafka_security import CONNECT_GROUP, JOBS_GROUP_PREFIX
 from infra.service_user import SERVICE_USERS
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX
-from tests.conftest import Outbox, Stack
-from tests.outbox_relay.helpers import relay_process, wait_until
-from tests.streaming_jobs.helpers import alive_and, job_env, opened, read_delta, run, send, status
+from tests.support.jobs import alive_and, job_env, opened, read_delta, run, send, status
+from tests.support.outbox import Outbox
+from tests.support.relay import relay_process
+from tests.support.stack import Stack
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from tests.conftest import Stack, cdcpipe, parse_exports
+from tests.support.stack import Stack, cdcpipe, parse_exports
 
 pytestmark = pytest.mark.integration
 

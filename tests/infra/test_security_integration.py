@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from cdcpipe.common.kafka_client import read_properties, write_properties
 from infra import tls
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer
 
 from infra import gc_log
 from infra.gc_log import pauses
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from deltalake import DeltaTable, write_deltalake
 
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
 

@@ -28,9 +28,9 @@ from outbox_relay.sql import backlog_sql, take, take_after_sql, take_sql
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames
 from schemas.emit import emit
-from tests.conftest import Outbox, Stack
-from tests.kafka_helpers import create_topics, grant, read_topics, set_topic_config
-from tests.outbox_relay.helpers import (
+from tests.support.kafka import create_topics, grant, read_topics, set_topic_config
+from tests.support.outbox import Outbox
+from tests.support.relay import (
     by_key,
     dead_letter_reasons,
     dead_rows_held_back_after_a_flood,
@@ -38,8 +38,9 @@ from tests.outbox_relay.helpers import (
     relay_status,
     relay_thread,
     wait_stalled,
-    wait_until,
 )
+from tests.support.stack import Stack
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

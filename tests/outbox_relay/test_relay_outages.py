@@ -14,9 +14,11 @@ import pytest
 from infra import stack as local_stack
 from infra.config import StackSettings
 from infra.services import Kafka, Postgres, Service
-from tests.conftest import Outbox, Stack
-from tests.kafka_helpers import read_topics
-from tests.outbox_relay.helpers import by_key, dead_rows_held_back_after_a_flood, relay_process, wait_until
+from tests.support.kafka import read_topics
+from tests.support.outbox import Outbox
+from tests.support.relay import by_key, dead_rows_held_back_after_a_flood, relay_process
+from tests.support.stack import Stack
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
 

@@ -17,9 +17,11 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from psycopg import sql
 
 from outbox_relay.relay import Relay
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.kafka_helpers import create_topics, read_topics
-from tests.outbox_relay.helpers import by_key, relay_thread, wait_stalled, wait_until
+from tests.support.kafka import create_topics, read_topics
+from tests.support.outbox import Outbox
+from tests.support.relay import by_key, relay_thread, wait_stalled
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

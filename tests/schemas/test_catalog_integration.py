@@ -10,7 +10,8 @@ import pytest
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
-from tests.conftest import Outbox, Stack, cdcpipe
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from schemas.compatibility import cannot_read, problems
 from schemas.compatibility_report import compatibility_report
 from schemas.contracts import ContractRegistry
 from schemas.errors import ContractError
-from tests.conftest import cdcpipe
+from tests.support.stack import cdcpipe
 
 V1: dict[str, Any] = {
     "type": "object",

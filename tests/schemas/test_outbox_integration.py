@@ -13,12 +13,14 @@ from psycopg import sql
 
 from cdcpipe.common.errors import ConfigError
 from cdcpipe.common.scram import scram_verifier
+from demo.run import EXAMPLES
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
-from schemas.contracts import BUILTIN_DIR, ContractRegistry
+from schemas.contracts import ContractRegistry
 from schemas.emit import emit
 from schemas.errors import ContractError, ContractViolationError, SchemaError
-from tests.conftest import Outbox, Stack, cdcpipe
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 
@@ -210,14 +212,14 @@ def test_one_aggregate_waits_for_the_other_writer_so_seq_is_commit_order(outbox:
 
 
 def test_emit_refuses_a_version_that_breaks_the_compatibility_it_declares(outbox: Outbox, tmp_path: Path) -> None:
-    v1 = json.loads((BUILTIN_DIR / "MoneyDeposited.v1.json").read_text())
+    v1 = json.loads((EXAMPLES / "contracts" / "MoneyDeposited.v1.json").read_text())
     required = {
         **v1,
         "required": [*v1["required"], "memo"],
         "properties": {**v1["properties"], "memo": {"type": "string"}},
     }
     (tmp_path / "MoneyDeposited.v2.json").write_text(json.dumps(required))
-    registry = ContractRegistry([BUILTIN_DIR, tmp_path])
+    registry = ContractRegistry([EXAMPLES / "contracts", tmp_path])
     payload = {"account_id": "a-1", "amount": 5, "currency": "EUR", "memo": "rent"}
     with psycopg.connect(outbox.dsn) as conn:
         with pytest.raises(ContractError) as raised:
@@ -230,7 +232,7 @@ def test_emit_refuses_a_version_that_breaks_the_compatibility_it_declares(outbox
     assert outbox.count() == 0
     # Told: the break declared in the file, the version is written.
     (tmp_path / "MoneyDeposited.v2.json").write_text(json.dumps({**required, "x-compatibility": "none"}))
-    registry = ContractRegistry([BUILTIN_DIR, tmp_path])
+    registry = ContractRegistry([EXAMPLES / "contracts", tmp_path])
     with psycopg.connect(outbox.dsn) as conn:
         emit(conn, "account", "a-1", "MoneyDeposited", payload, names=outbox.names, registry=registry)
         conn.commit()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from demo.run import EXAMPLES
 from schemas import topics
 from schemas.errors import TopicError
-from schemas.topics import TOPICS_DIR
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -21,7 +21,7 @@ def test_the_shipped_files_declare_every_topic_the_shipped_jobs_read() -> None:
     from streaming_jobs.config import JobsSettings
     from streaming_jobs.jobs.spec import load_all
 
-    declared = {spec.name for spec in topics.load(TOPICS_DIR).topics}
+    declared = {spec.name for spec in topics.load(EXAMPLES / "topics").topics}
     read = {t for spec in load_all(list(JobsSettings.load().jobs_dirs)).values() for t in spec.topics}
     assert read <= declared, f"jobs read topics no file declares: {sorted(read - declared)}"
 

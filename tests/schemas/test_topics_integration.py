@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # t
 
 from schemas import topics
 from schemas.topics import TopicSpec
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from cdcpipe import cli
 from cdcpipe.common.errors import CdcpipeError
+from tests.support.stack import EXAMPLE_FOLDERS
 
 # Nothing listens on port 9 here: each service is refused at once, as when the stack is down.
 UNREACHABLE = {
@@ -54,16 +55,38 @@ def test_bad_arguments_get_the_stages_error_not_a_traceback(
     # Nothing of a running stack may leak in (make test exports its CDCPIPE_* variables to every test).
     for key in [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]:
         monkeypatch.delenv(key)
+    for key, value in {**UNREACHABLE, **{k: str(v) for k, v in EXAMPLE_FOLDERS.items()}}.items():
+        monkeypatch.setenv(key, value)
+    assert says in _error_of(args)
+
+
+# cdcpipe ships no job, topic or connector files: without folders of the user's, each command says what to set.
+UNSET = [
+    (["jobs", "submit", "account_events"], "no job folder is set; set CDCPIPE_JOBS_DIRS"),
+    (["jobs", "status", "account_events"], "no job folder is set; set CDCPIPE_JOBS_DIRS"),
+    (["topics", "apply"], "no topic files: set CDCPIPE_TOPICS_DIR"),
+    (["connectors", "apply"], "Missing argument 'path'"),
+]
+
+
+@pytest.mark.parametrize(("args", "says"), UNSET, ids=[" ".join(a) for a, _ in UNSET])
+def test_without_folders_of_the_users_a_command_names_the_variable_to_set(
+    args: list[str], says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key in [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]:
+        monkeypatch.delenv(key)
     for key, value in UNREACHABLE.items():
         monkeypatch.setenv(key, value)
-    result = CliRunner().invoke(cli.app, args)
+    assert says in _error_of(args)
+
+
+def _error_of(args: list[str]) -> str:
+    result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "200"})  # a usage error's panel is not cut
     assert result.exit_code != 0
     if isinstance(result.exception, CdcpipeError):
-        message = str(result.exception)  # main() prints it as `error: ...` and exits 2
-    else:
-        assert isinstance(result.exception, SystemExit), f"a traceback: {result.exception!r}"
-        message = result.output  # a usage error, with the option named
-    assert says in message
+        return str(result.exception)  # main() prints it as `error: ...` and exits 2
+    assert isinstance(result.exception, SystemExit), f"a traceback: {result.exception!r}"
+    return result.output  # a usage error, with the option named
 
 
 def test_main_prints_a_stage_error_as_a_message_and_exits_2(

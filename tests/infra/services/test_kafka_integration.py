@@ -10,7 +10,7 @@ import pytest
 
 from infra.config import StackSettings
 from infra.services import kafka
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from schemas.errors import ContractViolationError
 from streaming_jobs.classify import outbox_events
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.spark_session import build_spark_session
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 pytestmark = [
     pytest.mark.integration,

@@ -23,9 +23,9 @@ from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import lease_key, table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import Job, deposit, make_job, opened, send
+from tests.support.jobs import Job, deposit, make_job, opened, send
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

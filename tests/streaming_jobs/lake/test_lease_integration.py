@@ -26,7 +26,7 @@ from streaming_jobs.lake.lease import (
     table_lock,
 )
 from streaming_jobs.lake.paths import LakePath
-from tests.conftest import Stack
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,7 @@ import pytest
 from deltalake import DeltaTable
 from pyarrow import fs as pafs
 
-from tests.conftest import Stack
-from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import (
+from tests.support.jobs import (
     BALANCES,
     Event,
     alive_and,
@@ -35,6 +33,8 @@ from tests.streaming_jobs.helpers import (
     status,
     table_rows,
 )
+from tests.support.stack import Stack
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from streaming_jobs.once.context import BatchContext
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.spark_session import build_spark_session
-from tests.conftest import Stack
-from tests.streaming_jobs.helpers import opened
+from tests.support.jobs import opened
+from tests.support.stack import Stack
 
 pytestmark = [
     pytest.mark.integration,

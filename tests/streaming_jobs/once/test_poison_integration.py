@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Stack
-from tests.streaming_jobs.helpers import Event, deposit, make_job, opened, send
+from tests.support.jobs import BALANCES, Event, deposit, make_job, opened, send
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ BIG = 2**63 - 100  # a valid 64-bit amount; the second deposit to the same accou
 
 
 def test_a_projection_overflow_dead_letters_the_record_it_fails_on(stack: Stack, topic: str, tmp_path: Path) -> None:
-    job = make_job(stack, tmp_path, "projection", [topic], projection="streaming_jobs.projections.balances:apply")
+    job = make_job(stack, tmp_path, "projection", [topic], projection=BALANCES)
     send(
         stack,
         topic,
@@ -83,7 +83,7 @@ def test_records_failing_in_a_row_past_the_ceiling_stop_the_job_naming_the_error
         tmp_path,
         "projection",
         [topic],
-        projection="streaming_jobs.projections.balances:apply",
+        projection=BALANCES,
         max_poison_in_a_row=5,
     )
     overflowing: list[Event] = [("c", "MoneyDeposited", deposit("c", BIG), None) for _ in range(8)]  # offsets 2..9

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Stack
-from tests.streaming_jobs.helpers import change, deposit, make_job, opened, row, send, send_changes
+from tests.support.jobs import BALANCES, change, deposit, make_job, opened, row, send, send_changes
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_projection_adds_a_resent_deposit_once(stack: Stack, topic: str, tmp_path: Path) -> None:
-    job = make_job(stack, tmp_path, "projection", [topic], projection="streaming_jobs.projections.balances:apply")
+    job = make_job(stack, tmp_path, "projection", [topic], projection=BALANCES)
     first = send(
         stack,
         topic,

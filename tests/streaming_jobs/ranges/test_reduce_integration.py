@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from tests.conftest import Stack
-from tests.kafka_helpers import create_topics
-from tests.streaming_jobs.helpers import deposit, job_env, opened, run, send, table_rows
+from tests.support.jobs import deposit, job_env, opened, run, send, table_rows
+from tests.support.kafka import create_topics
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 

@@ -16,20 +16,9 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import (
-    BALANCES,
-    Event,
-    alive_and,
-    deposit,
-    job_env,
-    opened,
-    run,
-    send,
-    status,
-    table_rows,
-)
+from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, opened, run, send, status, table_rows
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import pytest
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from tests.conftest import Stack
-from tests.streaming_jobs.helpers import Event, make_job, opened, send
+from tests.support.jobs import Event, make_job, opened, send
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 

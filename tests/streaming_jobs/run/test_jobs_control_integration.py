@@ -11,9 +11,9 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from tests.conftest import Stack, cdcpipe
-from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import Event, alive_and, deposit, job_env, opened, send, status
+from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, opened, send, status
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +65,7 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
 
     Balances are increments, so a batch applied twice or skipped would show.
     """
-    name, env = job_env(stack, tmp_path, "projection", topic, projection="streaming_jobs.projections.balances:apply")
+    name, env = job_env(stack, tmp_path, "projection", topic, projection=BALANCES)
     expected: dict[str, int] = {}
     for wave in range(3):
         assert cdcpipe("jobs", "submit", name, env=env).returncode == 0

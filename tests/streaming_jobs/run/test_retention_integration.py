@@ -9,8 +9,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from tests.conftest import Stack, cdcpipe
-from tests.streaming_jobs.helpers import make_job, opened, send
+from tests.support.jobs import make_job, opened, send
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

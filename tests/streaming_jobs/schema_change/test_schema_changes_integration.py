@@ -25,11 +25,12 @@ from deltalake.exceptions import DeltaError
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.helpers import shipped, wait_slot_active, wait_state, write_definition
-from tests.kafka_helpers import read_topics
-from tests.outbox_relay.helpers import wait_until
-from tests.streaming_jobs.helpers import alive_and, status
+from tests.support.connectors import shipped, wait_slot_active, wait_state, write_definition
+from tests.support.jobs import alive_and, status
+from tests.support.kafka import read_topics
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from streaming_jobs.schema_change.shapes import parse_shape
 from streaming_jobs.schema_change.types import spark_type, widens
 
 # A snapshot read of a row with one column of each kind, as the table connector sends it
-# (connectors/definitions/tables.json), captured from a real connector.
+# (examples/connectors/tables.json), captured from a real connector.
 CAPTURED = json.loads((Path(__file__).parent / "debezium_change.json").read_text())
 
 

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from streaming_jobs.lake.paths import LakePath
-from tests.conftest import Stack
-from tests.streaming_jobs.helpers import Event, deposit, make_job, opened, send
+from tests.support.jobs import BALANCES, Event, deposit, make_job, opened, send
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +185,7 @@ def test_a_replayed_batch_is_applied_once_even_by_an_incrementing_projection(
         "projection",
         [topic],
         lake=stack.s3_lake(),
-        projection="streaming_jobs.projections.balances:apply",
+        projection=BALANCES,
     )
     job.run()
     expected = {"a-1": 60, "a-2": 70}

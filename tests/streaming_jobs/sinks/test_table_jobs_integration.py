@@ -11,10 +11,11 @@ import pytest
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.connectors.helpers import shipped, wait_slot_active, wait_state, write_definition
-from tests.kafka_helpers import read_topics
-from tests.streaming_jobs.helpers import T0, change, make_job, row, send_changes
+from tests.support.connectors import shipped, wait_slot_active, wait_state, write_definition
+from tests.support.jobs import T0, change, make_job, row, send_changes
+from tests.support.kafka import read_topics
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import uuid
@@ -14,8 +15,9 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from demo.run import EXAMPLES
 from streaming_jobs.lake.paths import LakePath
-from tests.conftest import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ def make_job(
     name = f"job-{uuid.uuid4().hex[:8]}"
     folder = tmp_path / "jobs"
     folder.mkdir()
+    shutil.copy(EXAMPLES / "jobs" / "balances.py", folder)
     lines = [f'name = "{name}"', f'kind = "{kind}"', f"topics = {json.dumps(topics)}", 'table = "out"']
     lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
     (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")
@@ -119,7 +122,7 @@ def opened(account: str) -> str:
 
 
 T0 = 1_795_000_000_000  # ms
-BALANCES = "streaming_jobs.projections.balances:apply"  # the example projection: a balance per account
+BALANCES = "balances:apply"  # the example projection (a balance per account), copied beside each test's job files
 
 
 def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None, lsn: int) -> str:
@@ -152,6 +155,7 @@ def job_env(
     name = f"job-{uuid.uuid4().hex[:8]}"
     folder = tmp_path / "jobs"
     folder.mkdir(exist_ok=True)
+    shutil.copy(EXAMPLES / "jobs" / "balances.py", folder)
     lines = [f'name = "{name}"', f'kind = "{kind}"', f'topics = ["{topic}"]', 'table = "out"', 'trigger = "1s"']
     lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
     (folder / f"{name}.toml").write_text("\n".join(lines) + "\n")

@@ -1,4 +1,4 @@
-"""Helpers the relay tests share (and other stages' tests: `wait_until`): relays in threads and processes."""
+"""Relays in threads and processes, and what the relay tests read back: stalls, dead letters, status."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from psycopg import sql
 
 from outbox_relay.config import RelaySettings
 from outbox_relay.relay import Relay
-from tests.conftest import Outbox, Stack, cdcpipe
-from tests.kafka_helpers import Record
+from tests.support.kafka import Record
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 
 @contextmanager
@@ -47,15 +48,6 @@ def relay_process(stack: Stack, outbox: Outbox, log: Path, **env: str) -> subpro
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-
-
-def wait_until(condition: object, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def by_key(records: list[Record]) -> dict[bytes, list[bytes]]:

@@ -1,4 +1,4 @@
-"""Helpers the connector tests share: the shipped definitions pointed at a test's outbox, waits on Connect."""
+"""Connectors for tests: the example definitions pointed at a test's outbox, waits on Connect and its slots."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import psycopg
 import pytest
 
 from connectors.client import ConnectClient
-from connectors.config import DEFINITIONS_DIR
-from tests.conftest import Outbox, Stack
-from tests.outbox_relay.helpers import wait_until
+from demo.run import EXAMPLES
+from tests.support.outbox import Outbox
+from tests.support.stack import Stack
+from tests.support.waits import wait_until
 
 
 def shipped(name: str) -> dict[str, str]:
-    config: dict[str, str] = json.loads((DEFINITIONS_DIR / f"{name}.json").read_text())["config"]
+    config: dict[str, str] = json.loads((EXAMPLES / "connectors" / f"{name}.json").read_text())["config"]
     return config
 
 

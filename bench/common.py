@@ -1,0 +1,307 @@
+"""What the benchmarks share: the stack's environment, topics, the relay as a process, load, CPU and memory.
+
+The benchmarks are scripts run from the checkout (`python bench/<name>.py`); each imports this file as
+`common`, never another benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from psycopg import sql
+
+from cdcpipe.common.kafka_client import KafkaSettings
+from infra.config import StackSettings
+from infra.stack import env_values
+from schemas import topics
+from schemas.config import OutboxNames
+from schemas.topics import TopicSpec
+
+# A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
+BENCH = Path(__file__).resolve().parent
+EXAMPLES = BENCH.parent / "examples"
+# The benches' events: their own contract (BenchEvent) and the demo's (AccountOpened, ...), chosen here as the
+# demo chooses its samples; cdcpipe itself ships none.
+SAMPLE_FOLDERS = {
+    "CDCPIPE_CONTRACT_DIRS": f"{BENCH / 'contracts'}:{EXAMPLES / 'contracts'}",
+    "CDCPIPE_TABLE_CONTRACT_DIRS": str(EXAMPLES / "tables"),
+}
+RESULTS = Path(os.environ.get("CDCPIPE_BENCH_RESULTS") or Path(__file__).parent / "results")
+PAD = "x" * 1000  # with the scheduled time and JSON punctuation, a payload of about 1 KB
+PARTITIONS = 4
+BATCH = 2000
+
+
+def payload(scheduled_ns: int) -> str:
+    # jsonb orders keys by length, so "t" always comes first (Debezium keeps that order): the consumer reads
+    # it without parsing JSON.
+    return f'{{"t": {scheduled_ns}, "pad": "{PAD}"}}'
+
+
+def copy_rows(conn: psycopg.Connection[Any], names: OutboxNames, count: int, start: int = 0) -> None:
+    copy = sql.SQL("COPY {} (aggregatetype, aggregateid, type, payload) FROM STDIN").format(
+        sql.Identifier(names.outbox_schema, names.outbox_table)
+    )
+    now = time.time_ns()
+    with conn.cursor() as cur, cur.copy(copy) as out:
+        for k in range(start, start + count):
+            out.write_row(("bench", f"agg-{k % 1000}", "BenchEvent", payload(now)))
+
+
+def vacuum(dsn: str, *names: OutboxNames) -> None:
+    """Clear the dead rows the last drains left in these outboxes, so a measurement starts from a clean table.
+
+    Left to autovacuum, they piled up over the rounds: the Postgres ceiling fell from 115k to 95k rows/s and
+    the drain from 58k to 51k events/s between a run's first and third round. And autovacuum then cleaned them
+    in the middle of a latency run: its VACUUM ANALYZE of the ceiling's outbox stalled the application's commits
+    (up to 97 ms, for the 9 s it ran). ANALYZE too, or autovacuum would still come for the statistics.
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for n in names:
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(n.outbox_schema, n.outbox_table)))
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class RssSampler(threading.Thread):
+    """Peak resident memory of a process, sampled every 100 ms."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak, self._halt = pid, 0.0, threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.1):
+            self.peak = max(self.peak, rss_mib(self.pid))
+
+    def stop(self) -> float:
+        self._halt.set()
+        self.join()
+        return round(self.peak, 1)
+
+
+def machine_busy_ticks() -> int:
+    """Clock ticks the whole machine has spent busy so far (all cores; idle and I/O wait left out)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4]
+
+
+def machine_busy_s() -> float:
+    """The same, in CPU-seconds."""
+    return machine_busy_ticks() / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us_per_event(busy_before: float, count: int) -> float:
+    """Microseconds of CPU, all processes together, per event since `busy_before`: what each way costs."""
+    return round(1e6 * (machine_busy_s() - busy_before) / max(count, 1), 1)
+
+
+def start_relay(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "cdcpipe", "relay", "run"], env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def wait_leader(dsn: str, names: OutboxNames, pid: int) -> None:
+    deadline = time.monotonic() + 30
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                "AND l.granted AND a.application_name = %s",
+                (f"cdcpipe-relay:{pid}",),
+            ).fetchone()
+            if row:
+                return
+            time.sleep(0.1)
+    raise SystemExit("the relay did not become leader within 30s")
+
+
+def drain(
+    dsn: str, names: OutboxNames, kafka: KafkaSettings, topic: str, count: int, pid: int | None, notifications: int = 0
+) -> dict[str, Any]:
+    """Commit `count` rows at once; time until a consumer has received every one of them from Kafka.
+
+    Then, if asked, `notifications` more on the outbox's channel at once, as that many commits of an
+    application would send while the publisher is busy with the backlog.
+    """
+    vacuum(dsn, names)
+    consumer = at_end(kafka, topic)
+    sampler = RssSampler(pid) if pid else None
+    if sampler:
+        sampler.start()
+    with psycopg.connect(dsn) as conn:
+        copy_rows(conn, names, count)
+        conn.commit()  # the NOTIFY at this commit wakes the relay; Debezium sees the commit in the WAL
+        began, busy = time.perf_counter(), machine_busy_s()
+        if notifications:
+            conn.execute(
+                "SELECT pg_catalog.pg_notify(%s, g::text) FROM generate_series(1, %s) AS g",
+                (names.notify_channel, notifications),
+            )
+            conn.commit()
+    received = 0
+    deadline = time.monotonic() + 600
+    while received < count and time.monotonic() < deadline:
+        received += sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.2) if m.error() is None)
+    elapsed = time.perf_counter() - began
+    cpu = cpu_us_per_event(busy, received)  # this consumer's share included
+    consumer.close()
+    result: dict[str, Any] = {
+        "events": count,
+        "received": received,
+        "seconds": round(elapsed, 2),
+        "events_per_s": round(received / elapsed),
+        "cpu_us_per_event": cpu,
+        "machine_busy_percent": round(cpu * received / elapsed / 1e4, 1),
+    }
+    if sampler:
+        result["publisher_peak_rss_mib"] = sampler.stop()
+    return result
+
+
+def at_end(kafka: KafkaSettings, topic: str) -> Consumer:
+    """A consumer positioned at the end of every partition of `topic` (it sees only what comes next)."""
+    consumer = Consumer(
+        {
+            **kafka.client_config(),
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+            "isolation.level": "read_committed",
+            "socket.nagle.disable": True,  # as the relay's producer: the fetch requests go out at once
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(PARTITIONS)])
+    consumer.consume(num_messages=1, timeout=1.0)  # join the partitions before anything is sent
+    return consumer
+
+
+def generate(
+    dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int, report: Any
+) -> None:
+    """Commit `rate` events per second on schedule; each transaction holds every event that is due.
+
+    The worst lag of a commit behind its schedule counts only the transactions from event `measured_from`
+    on: those of the warm-up are not measured.
+    """
+    total = int(rate * seconds)
+    interval = 1e9 / rate
+    # A prepared INSERT (psycopg prepares it after a few runs; executemany pipelines the rows): the
+    # cheapest way for Postgres to take one small transaction, as an application would send it.
+    insert = sql.SQL("INSERT INTO {} (aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s)").format(
+        sql.Identifier(names.outbox_schema, names.outbox_table)
+    )
+    sent, transactions, worst_lag_ns = 0, 0, 0
+    commits: list[tuple[int, int]] = []  # (events committed so far, when that commit returned)
+    with psycopg.connect(dsn) as conn:
+        while sent < total:
+            now = time.time_ns()
+            due = min(total, int((now - start_ns) / interval) + 1) if now >= start_ns else 0
+            if due <= sent:
+                time.sleep(max(0.0, (start_ns + sent * interval - now) / 1e9))
+                continue
+            rows = [
+                ("bench", f"agg-{k % 1000}", "BenchEvent", payload(start_ns + int(k * interval)))
+                for k in range(sent, due)
+            ]
+            with conn.cursor() as cur:
+                if len(rows) == 1:
+                    cur.execute(insert, rows[0])
+                else:
+                    cur.executemany(insert, rows)
+            conn.commit()
+            committed_ns = time.time_ns()
+            commits.append((due, committed_ns))
+            if due > measured_from:
+                worst_lag_ns = max(worst_lag_ns, committed_ns - (start_ns + int((due - 1) * interval)))
+            transactions += 1
+            sent = due
+    report.put(
+        {
+            "events": sent,
+            "transactions": transactions,
+            "worst_commit_lag_ms": round(worst_lag_ns / 1e6, 1),
+            "commits": commits,
+        }
+    )
+
+
+def process_ticks(pid: int) -> tuple[int, int]:
+    """A process's (user + system CPU clock ticks so far, parent pid); OSError once it is gone."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()  # after the command, which may hold spaces
+    return int(fields[11]) + int(fields[12]), int(fields[1])
+
+
+def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
+    """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need."""
+    specs = [
+        TopicSpec(name, partitions, 1, producers=("User:relay", "User:connect"), consumers=("User:jobs",))
+        for name in names
+    ]
+    topics.apply(kafka.client_config(), specs)
+
+
+def env_kafka(env: dict[str, str]) -> KafkaSettings:
+    """The Kafka client settings `stack env` points at (the stack's admin)."""
+    return KafkaSettings.from_file(Path(env["CDCPIPE_KAFKA_CONFIG"]))
+
+
+def stack_env(stack: StackSettings) -> dict[str, str]:
+    """The environment of this process, wired to the local stack, as `eval "$(cdcpipe stack env)"` would.
+
+    The bench's own settings read it too (the roles' password files, the relay's DSN), so what it sets up and
+    the processes it starts agree. Jobs a bench starts run in local mode even with the cluster up: the figures
+    are for local[2], and several applications would queue for one worker's cores.
+    """
+    os.environ.update({**env_values(stack), "CDCPIPE_SPARK_MASTER": "local[2]"})
+    for variable, folders in SAMPLE_FOLDERS.items():
+        os.environ.setdefault(variable, folders)
+    return dict(os.environ)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def create_topic(env: dict[str, str], topic: str) -> None:
+    create_bench_topics(env_kafka(env), [topic], PARTITIONS)
+
+
+def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
+    """`events` 1 KB AccountOpened events in the outbox wire format, over `keys` accounts."""
+    producer = Producer(env_kafka(env).client_config(**{"linger.ms": 20}))
+    value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
+    for k in range(events):
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("id", str(uuid.uuid4()).encode()),
+            ("eventType", b"AccountOpened"),
+            ("eventVersion", b"1"),
+        ]
+        while True:
+            try:
+                producer.produce(topic, key=f"acc-{k % keys}".encode(), value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush()

@@ -1,1 +1,0 @@
-"""Projections of our own: Python functions over each micro-batch, with the jobs' exactly-once writes."""

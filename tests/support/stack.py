@@ -1,0 +1,226 @@
+"""The real local stack, started once per session or taken from CDCPIPE_* variables if given; topics of a test's own.
+
+To run the integration tests against a stack that is already up: `eval "$(cdcpipe stack env)"`, then
+`pytest`. Without those variables the session starts the stack (Spark cluster included) and stops at the
+end whatever it started.
+
+cdcpipe ships no contracts, topic files, job files or connector definitions: the tests choose the demo's, in
+`examples/`, as the demo does (a test that means its own folders sets the variables itself).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdcpipe.common.kafka_client import KafkaSettings
+from connectors.config import ConnectSettings
+from demo.run import SAMPLES
+from tests.support.kafka import create_topics
+
+
+def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the real `cdcpipe` command (as a user would), capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "cdcpipe", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """`export KEY=VALUE` lines (as `cdcpipe stack env` prints them) into a dict, as a shell evaluates them.
+
+    A double-quoted variable (`PATH=/x:"$PATH"`) is expanded from this process's environment; a single-quoted
+    value (how every other value is quoted) is taken as it is.
+    """
+    import shlex
+
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            parsed = shlex.split(value)[0] if value else ""
+            values[key] = os.path.expandvars(parsed) if '"$' in value else parsed
+    return values
+
+
+# The demo's samples, chosen as the demo chooses them.
+EXAMPLE_FOLDERS = SAMPLES
+for variable, folder in EXAMPLE_FOLDERS.items():
+    os.environ.setdefault(variable, str(folder))
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Addresses of the running stack, as the tests see them."""
+
+    env: dict[str, str]
+    started_here: bool
+    cluster: str | None = None  # the Spark master's URL when the cluster is up
+
+    @classmethod
+    def of(cls, env: dict[str, str], started_here: bool) -> Stack:
+        """The stack as `env` describes it, with the jobs the tests start in local mode.
+
+        A test that means the cluster submits to `cluster`: side-by-side tests' applications would queue for
+        the one worker's cores.
+        """
+        master = env.get("CDCPIPE_SPARK_MASTER", "")
+        return cls(
+            env={**env, "CDCPIPE_SPARK_MASTER": "local[2]"},
+            started_here=started_here,
+            cluster=master if master.startswith("spark://") else None,
+        )
+
+    @property
+    def home(self) -> Path:
+        return Path(self.env["CDCPIPE_HOME"])
+
+    @property
+    def pg_dsn(self) -> str:
+        return self.env["CDCPIPE_PG_DSN"]
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.env["CDCPIPE_KAFKA_BOOTSTRAP"]
+
+    @property
+    def kcat(self) -> str:
+        """The kcat `make install` puts on a librdkafka that can do SCRAM with Kafka 4."""
+        return str(self.home / "bin" / "kcat")
+
+    def kafka_file(self, user: str = "admin") -> Path:
+        """A Kafka user's client file: `stack env` names the admin's, the components' are beside it."""
+        return Path(self.env["CDCPIPE_KAFKA_CONFIG"]).with_name(f"{user}.properties")
+
+    def kafka(self, user: str = "admin") -> KafkaSettings:
+        """A Kafka user's client settings (the tests' own clients are the operator: admin)."""
+        return KafkaSettings.from_file(self.kafka_file(user))
+
+    def kafka_config(self, **extra: object) -> dict[str, Any]:
+        """The librdkafka configuration of a client of the tests' own, authenticated as the admin."""
+        return self.kafka().client_config(**extra)
+
+    @property
+    def connect_url(self) -> str:
+        return self.env["CDCPIPE_CONNECT_URL"]
+
+    @property
+    def lake(self) -> Path:
+        """The stack's local-folder lake (its default lake, CDCPIPE_LAKE, is on the object store)."""
+        return Path(self.env["CDCPIPE_LOCAL_LAKE"])
+
+    def connect_settings(self) -> ConnectSettings:
+        """The connectors stage's settings for this stack's Connect, with its REST user."""
+        return ConnectSettings.load(
+            connect_url=self.connect_url,
+            pg_dsn=self.pg_dsn,
+            connect_user=self.env["CDCPIPE_CONNECT_USER"],
+            connect_password_file=Path(self.env["CDCPIPE_CONNECT_PASSWORD_FILE"]),
+        )
+
+    def connect_auth(self) -> tuple[str, str]:
+        """(user, password) of Connect's REST API, for a test's own HTTP calls."""
+        auth = self.connect_settings().basic_auth()
+        assert auth is not None
+        return auth
+
+    def s3_options(self, **changes: str) -> dict[str, str]:
+        """delta-rs's storage options for the stack's object store, as `stack env` exports them."""
+        names = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ALLOW_HTTP")
+        return {**{k: self.env[k] for k in names}, **changes}
+
+    def s3_lake(self) -> str:
+        """A lake of a test's own on the stack's object store (an s3a:// URL under CDCPIPE_S3_LAKE)."""
+        return f"{self.env['CDCPIPE_S3_LAKE']}/tests/{uuid.uuid4().hex[:10]}"
+
+    def process_env(self) -> dict[str, str]:
+        """The environment for a child process wired to this stack."""
+        return {**os.environ, **self.env}
+
+
+OWNED_VARIABLE = "CDCPIPE_TEST_STACK_OWNED"
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    given = os.environ.get("CDCPIPE_KAFKA_BOOTSTRAP")
+    if given:
+        missing = [
+            v
+            for v in ("CDCPIPE_PG_DSN", "CDCPIPE_CONNECT_URL", "CDCPIPE_HOME", "CDCPIPE_KAFKA_CONFIG")
+            if not os.environ.get(v)
+        ]
+        if missing:
+            pytest.fail(f'CDCPIPE_KAFKA_BOOTSTRAP is set but {missing} are not: eval "$(cdcpipe stack env)" sets all')
+        keys = [k for k in os.environ if k.startswith(("CDCPIPE_", "AWS_")) or k == "PGPASSFILE"]
+        # `python -m tests.suite` (make test) marks a stack it started as the session's own: its tests may
+        # stop and crash it. A stack you started yourself is left alone.
+        yield Stack.of({k: os.environ[k] for k in keys}, started_here=os.environ.get(OWNED_VARIABLE) == "1")
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.fail(
+            'tests in parallel share one stack: start it first (`python -m tests.suite`, or `eval "$(cdcpipe stack env)"`)'
+        )
+    up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2")
+    if up.returncode != 0:
+        pytest.fail(f"`cdcpipe stack up` failed:\n{up.stdout}\n{up.stderr}")
+    sys.stderr.write(f"\n{up.stdout}")
+    started_here = "healthy after" in up.stdout
+    exports = cdcpipe("stack", "env")
+    assert exports.returncode == 0, exports.stderr
+    env = parse_exports(exports.stdout)
+    # libpq (psycopg, psql) in this process finds the password where `stack env` says, like any tool.
+    os.environ["PGPASSFILE"] = env["PGPASSFILE"]
+    try:
+        yield Stack.of(env, started_here=started_here)
+    finally:
+        if started_here:
+            down = cdcpipe("stack", "down")
+            sys.stderr.write(f"\n{down.stdout}{down.stderr}")
+
+
+@pytest.fixture
+def cluster_path(stack: Stack) -> Iterator[Path]:
+    """A folder of its own under the stack's lake, for a test whose executors run on the Spark cluster.
+
+    Started as root, the cluster's executors run as the service user and may write only where the stack shared
+    with them (its lake), as on a real cluster; a pytest tmp_path (0700, root's) is closed to them.
+    """
+    path = stack.lake / "tests" / uuid.uuid4().hex[:10]
+    path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A topic name no other test uses, not created: for a test that creates it its own way."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", request.node.name)[:120]
+    return f"test.{name}.{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic(stack: Stack, topic_name: str) -> str:
+    """A topic of one partition no other test uses, created first (the stack's Kafka creates none on use)."""
+    create_topics(stack.kafka_config(), [topic_name])
+    return topic_name
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that restart the shared stack run last, so no other test sees it go down."""
+    items.sort(key=lambda item: item.get_closest_marker("stack_lifecycle") is not None)
