@@ -10,6 +10,7 @@ pytest_plugins = [
     "tests.support.kafka",
     "tests.support.stack",
     "tests.support.outbox",
+    "tests.support.spark_host",
     "tests.support.relay",
     "tests.support.connectors",
     "tests.support.jobs",

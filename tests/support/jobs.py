@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from deltalake import DeltaTable
 
 from demo.run import EXAMPLES
 from streaming_jobs.lake.paths import LakePath
+from tests.support.spark_host import SPARK_COMMANDS, spark_run
 from tests.support.stack import Stack, cdcpipe
 
 
@@ -37,23 +37,11 @@ class Job:
             "CDCPIPE_KAFKA_CONFIG": str(self.stack.kafka_file("jobs")),  # the jobs' own user and ACLs
             **self.env,
         }
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "streaming_jobs.run.runner",
-                self.name,
-                "--jobs-dir",
-                str(self.folder),
-                "--trigger",
-                "available-now",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=600,
-            check=False,
+        # On this test process's shared Spark driver (tests.support.spark_host), or a process of its own.
+        proc = spark_run(
+            "streaming_jobs.run.runner",
+            [self.name, "--jobs-dir", str(self.folder), "--trigger", "available-now", *extra],
+            env,
         )
         if check:
             assert proc.returncode == 0, proc.stderr[-4000:]
@@ -199,7 +187,14 @@ def table_rows(path: Path | str, key: str, stack: Stack | None = None) -> dict[s
     return by_key
 
 
+def jobs_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`cdcpipe ARGS`; the Spark commands of `cdcpipe jobs` on this test process's shared driver."""
+    spark = args[:1] == ("jobs",) and len(args) > 1 and args[1] in SPARK_COMMANDS
+    return spark_run("cdcpipe", list(args), env) if spark else cdcpipe(*args, env=env)
+
+
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    result = cdcpipe(*args, env=env)
+    """`cdcpipe ARGS`, asserted to succeed (`jobs_command`)."""
+    result = jobs_command(*args, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     return result

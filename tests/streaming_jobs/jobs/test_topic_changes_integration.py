@@ -23,8 +23,8 @@ from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import lease_key, table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from tests.support.jobs import Job, deposit, make_job, opened, send
-from tests.support.stack import Stack, cdcpipe
+from tests.support.jobs import Job, deposit, jobs_command, make_job, opened, send
+from tests.support.stack import Stack
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def accept_env(job: Job) -> dict[str, str]:
 
 
 def accept(job: Job) -> str:
-    result = cdcpipe("jobs", "accept-topics", job.name, env=accept_env(job))
+    result = jobs_command("jobs", "accept-topics", job.name, env=accept_env(job))
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 

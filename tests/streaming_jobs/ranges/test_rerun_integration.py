@@ -16,8 +16,20 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, opened, run, send, status, table_rows
-from tests.support.stack import Stack, cdcpipe
+from tests.support.jobs import (
+    BALANCES,
+    Event,
+    alive_and,
+    deposit,
+    job_env,
+    jobs_command,
+    opened,
+    run,
+    send,
+    status,
+    table_rows,
+)
+from tests.support.stack import Stack
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -170,7 +182,7 @@ def test_rewind_resumes_earlier_without_applying_a_row_twice(stack: Stack, topic
 
     # Moving forward past unapplied records is not a rewind.
     deposits(stack, topic, 1, 10, expected)
-    refused = cdcpipe("jobs", "rewind", name, "--to", "latest", env=env)
+    refused = jobs_command("jobs", "rewind", name, "--to", "latest", env=env)
     assert refused.returncode == 2
     assert f"{topic}[0] 70 -> 80" in refused.stderr
     assert "only moves back" in refused.stderr
@@ -185,13 +197,13 @@ def test_a_range_below_retention_is_refused_naming_the_first_offset_still_there(
         future.result(30)
     name, env = job_env(stack, tmp_path, "event_log", topic)
 
-    refused = cdcpipe("jobs", "backfill", name, "--from", f"{topic}:0:3", env=env)
+    refused = jobs_command("jobs", "backfill", name, "--from", f"{topic}:0:3", env=env)
     assert refused.returncode == 2
     assert f"{topic}[0]: offset 3 was deleted by retention; the first offset still available is 12" in refused.stderr
-    old = cdcpipe("jobs", "backfill", name, "--from", "2000-01-01", env=env)
+    old = jobs_command("jobs", "backfill", name, "--from", "2000-01-01", env=env)
     assert old.returncode == 2
     assert "may already be deleted by retention; the first offset still available is 12" in old.stderr
-    rewind = cdcpipe("jobs", "rewind", name, "--to", f"{topic}:0:0", env=env)
+    rewind = jobs_command("jobs", "rewind", name, "--to", f"{topic}:0:0", env=env)
     assert rewind.returncode == 2
     assert "the first offset still available is 12" in rewind.stderr
     assert not (tmp_path / "lake" / "out").exists(), "nothing may start before the range is known to be whole"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, opened, send, status
+from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, jobs_command, opened, send, status
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
@@ -121,7 +121,7 @@ def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, t
     tables = [tmp_path / "lake" / "out", tmp_path / "lake" / "out_event_ids"]
     files_before = [len(DeltaTable(str(t)).file_uris()) for t in tables]
     assert min(files_before) >= 3
-    result = cdcpipe("jobs", "optimize", name, env=env)
+    result = jobs_command("jobs", "optimize", name, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     for path, before in zip(tables, files_before, strict=True):
         table = DeltaTable(str(path))

@@ -9,8 +9,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 
-from tests.support.jobs import make_job, opened, send
-from tests.support.stack import Stack, cdcpipe
+from tests.support.jobs import jobs_command, make_job, opened, send
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
         "CDCPIPE_JOBS_DIRS": str(job.folder),
         "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),
     }
-    rebuilt = cdcpipe("jobs", "replay", job.name, "--into", "rebuilt", "--swap", env=env)
+    rebuilt = jobs_command("jobs", "replay", job.name, "--into", "rebuilt", "--swap", env=env)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     send(stack, topic, [(f"c-{i}", "AccountOpened", opened(f"c-{i}"), None) for i in range(3)])
     job.run()  # starts where the rebuild ended; no refusal
