@@ -221,6 +221,20 @@ def topic(stack: Stack, topic_name: str) -> str:
     return topic_name
 
 
+# The slowest tests run Spark jobs and benchmarks: started first, they do not end the run alone on one worker
+# while the other has nothing left (the longest first; the unit tests fill the gaps at the end).
+LONG_FIRST = ("tests/streaming_jobs/", "tests/bench/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that restart the shared stack run last, so no other test sees it go down."""
-    items.sort(key=lambda item: item.get_closest_marker("stack_lifecycle") is not None)
+    """Tests that restart the shared stack run last, so no other test sees it go down; the long ones first."""
+
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+        path = item.nodeid
+        return (
+            item.get_closest_marker("stack_lifecycle") is not None,
+            item.get_closest_marker("integration") is None,
+            not path.startswith(LONG_FIRST),
+        )
+
+    items.sort(key=order)
