@@ -274,6 +274,10 @@ def stack_env(stack: StackSettings) -> dict[str, str]:
     os.environ.update({**env_values(stack), "CDCPIPE_SPARK_MASTER": "local[2]"})
     for variable, folders in SAMPLE_FOLDERS.items():
         os.environ.setdefault(variable, folders)
+    # The benches' own events need their own contract, whatever else the folders hold.
+    held = os.environ["CDCPIPE_CONTRACT_DIRS"].split(":")
+    if str(BENCH / "contracts") not in held:
+        os.environ["CDCPIPE_CONTRACT_DIRS"] = ":".join([str(BENCH / "contracts"), *held])
     return dict(os.environ)
 
 

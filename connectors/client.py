@@ -59,6 +59,13 @@ class ConnectClient:
             return None
         return result
 
+    def create_stopped(self, name: str, config: dict[str, str]) -> JSON:
+        """Create the connector STOPPED (KIP-980): its offsets can be read, and reset, before any task runs."""
+        result: JSON = self._call(
+            "POST", "/connectors", json={"name": name, "config": config, "initial_state": "STOPPED"}
+        )
+        return result
+
     def put_config(self, name: str, config: dict[str, str]) -> JSON:
         """Create the connector, or replace its config."""
         result: JSON = self._call("PUT", f"/connectors/{_q(name)}/config", json=config)

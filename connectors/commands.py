@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,17 +17,52 @@ from connectors.errors import ConnectError
 from connectors.slots import SlotStatus
 
 
-def apply(client: ConnectClient, path: Path, *, dry_run: bool = False) -> list[Change]:
-    """Validate every definition under `path` first; only if all pass, create or update what differs."""
+def apply(
+    client: ConnectClient, path: Path, *, dry_run: bool = False, settings: ConnectSettings | None = None
+) -> list[Change]:
+    """Validate every definition under `path` first; only if all pass, create or update what differs.
+
+    A Postgres connector is created STOPPED, and started only once its offsets are known to fit its slot
+    (`settings` say where Postgres is; without them it is created running).
+    """
     loaded = definitions.load(path)
     for definition in loaded:
         definitions.check_against_plugin(definition, client.validate({**definition.config, "name": definition.name}))
     changes = [definitions.plan(d, client.config(d.name)) for d in loaded]
     if not dry_run:
         for change in changes:
-            if change.action != "unchanged":
-                client.put_config(change.definition.name, change.definition.config)
+            name, config = change.definition.name, change.definition.config
+            if change.action == "create" and settings is not None and _slot_of(config):
+                client.create_stopped(name, config)
+                _check_offsets_fit_slot(client, settings, name, _slot_of(config) or "")
+                client.resume(name)
+            elif change.action != "unchanged":
+                client.put_config(name, config)
     return changes
+
+
+def _slot_of(config: dict[str, str]) -> str | None:
+    """The replication slot a Postgres connector streams from (Debezium's default name when unset)."""
+    if "postgres" not in config.get("connector.class", "").lower():
+        return None
+    return config.get("slot.name", "debezium")
+
+
+def _check_offsets_fit_slot(client: ConnectClient, settings: ConnectSettings, name: str, slot: str) -> None:
+    """Connect keeps a deleted connector's offsets under its name: a new one would resume from them.
+
+    Resuming from an LSN of a slot that is gone fails the task at once, so such offsets are refused here
+    (the connector stays STOPPED) with the way on.
+    """
+    held = [o.get("offset") or {} for o in client.offsets(name).get("offsets", [])]
+    lsns = [o["lsn"] for o in held if "lsn" in o]
+    if lsns and slots.slot_status(settings, slot) is None:
+        raise ConnectError(
+            f"connector {name} was created STOPPED: Connect still holds offsets (LSN {max(lsns)}) of an earlier "
+            f"connector of this name, whose replication slot {slot} no longer exists, so its task would fail at once. "
+            f"Start it afresh (a new snapshot, per its snapshot.mode): `cdcpipe connectors offsets reset {name}`, "
+            f"then `cdcpipe connectors resume {name}`"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +116,22 @@ ADVICE = [
         "Postgres is not reachable from the worker: check database.hostname / database.port",
     ),
     (re.compile(r"wal_level", re.I), "Postgres needs wal_level=logical (the cdcpipe stack sets it)"),
+    (
+        # Kafka's client says it one way, Connect's topic admin another.
+        re.compile(r"Not authorized to (?:access topics: \[([^\]]+)\]|(?:describe|create) topic\(s\) '([^']+)')", re.I),
+        "Connect may not write topic(s) {0}: declare them (or their prefix) in a topic file of CDCPIPE_TOPICS_DIR "
+        'with "User:connect" among the producers, and run `cdcpipe topics apply`',
+    ),
+    (
+        re.compile(r"Topic (\S+) not present in metadata", re.I),
+        "topic {0} does not exist and the cluster creates none on its own: declare it in a topic file of "
+        "CDCPIPE_TOPICS_DIR and run `cdcpipe topics apply`",
+    ),
 ]
+# After a connector is created or changed, its tasks start, connect, snapshot and first produce: a task that
+# cannot write its topics fails only then (the table connector's first heartbeat comes after 10 s). `apply`
+# calls it running once every task has stayed RUNNING this long.
+STEADY_S = 15.0
 
 
 def shorten(trace: str | None, lines: int = 6) -> str | None:
@@ -102,8 +154,9 @@ def status(client: ConnectClient, settings: ConnectSettings, name: str) -> Conne
     advice: list[str] = []
     traces = " ".join(filter(None, [connector.get("trace"), *(t.get("trace") for t in raw.get("tasks", []))]))
     for pattern, what in ADVICE:
-        if pattern.search(traces):
-            advice.append(what)
+        found = pattern.search(traces)
+        if found:
+            advice.append(what.format(*(g for g in found.groups() if g)))
     failed = connector.get("state") == "FAILED" or any(t.state == "FAILED" for t in tasks)
     if failed:
         advice.append(f"once fixed: `cdcpipe connectors restart {name} --failed-only`")
@@ -118,6 +171,62 @@ def status(client: ConnectClient, settings: ConnectSettings, name: str) -> Conne
         slot=slot,
         advice=advice,
     )
+
+
+def wait_running(
+    client: ConnectClient,
+    settings: ConnectSettings,
+    names: list[str],
+    *,
+    timeout_s: float,
+    steady_s: float = STEADY_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Until each connector and its tasks are RUNNING and stay so for `steady_s`; ConnectError on a failure.
+
+    The error names the failed connector or task, the first line of its cause, and what to do.
+    """
+    deadline = clock() + timeout_s
+    steady_since: float | None = None
+    reports: list[ConnectorReport] = []
+    while True:
+        reports = [status(client, settings, name) for name in names]
+        for report in reports:
+            if report.state == "FAILED" or any(t.state == "FAILED" for t in report.tasks):
+                raise ConnectError(_failure(report))
+        now = clock()
+        healthy = all(r.healthy and r.tasks for r in reports)
+        steady_since = (steady_since or now) if healthy else None
+        if steady_since is not None and now - steady_since >= steady_s:
+            return
+        if now >= deadline:
+            waiting = "; ".join(
+                f"{r.name} {r.state}, tasks {[t.state for t in r.tasks] or 'none yet'}"
+                for r in reports
+                if not r.healthy
+            )
+            raise ConnectError(
+                f"not RUNNING within {timeout_s:.0f}s: {waiting or 'tasks RUNNING, but not yet for ' + str(steady_s) + 's'}; "
+                "`cdcpipe connectors status NAME` shows more, and the worker's log its cause"
+            )
+        sleep(1.0)
+
+
+def _wait_connector_state(client: ConnectClient, name: str, state: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while (now := client.status(name).get("connector", {}).get("state")) != state:
+        if time.monotonic() > deadline:
+            raise ConnectError(f"connector {name} is {now}, not {state}, after {timeout_s:.0f}s; try again")
+        time.sleep(0.5)
+
+
+def _failure(report: ConnectorReport) -> str:
+    failed = [t for t in report.tasks if t.state == "FAILED"]
+    what = f"task {failed[0].id} FAILED" if failed else "the connector FAILED"
+    cause = next((line for t in failed for line in (t.trace or "").splitlines()[:1]), "")
+    fix = "; ".join(report.advice) or f"`cdcpipe connectors status {report.name}` shows the whole trace"
+    return f"connector {report.name}: {what}" + (f": {cause}" if cause else "") + f". Fix: {fix}"
 
 
 @dataclass(frozen=True)
@@ -147,8 +256,18 @@ def deletion(client: ConnectClient, settings: ConnectSettings, name: str) -> Del
 def delete(
     client: ConnectClient, settings: ConnectSettings, plan: Deletion, *, drop_slot: bool, drop_publication: bool
 ) -> list[str]:
-    """Delete the connector, then (only if asked) its slot and publication. Returns what was done."""
+    """Delete the connector, then (only if asked) its slot and publication. Returns what was done.
+
+    With the slot, its offsets go too: Connect keeps a deleted connector's offsets under its name, and a
+    connector made again under it (a repair, `tables remove` then `add`) would resume from an LSN of the
+    dropped slot and fail at once. KIP-875 resets them while the connector is STOPPED, before it is deleted.
+    """
     done = []
+    if drop_slot:
+        client.stop(plan.name)
+        _wait_connector_state(client, plan.name, "STOPPED")
+        client.reset_offsets(plan.name)
+        done.append(f"reset the offsets of {plan.name}: a connector made again under this name starts afresh")
     client.delete(plan.name)
     done.append(f"deleted connector {plan.name}")
     if drop_slot and plan.slot is not None:

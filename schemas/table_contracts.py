@@ -32,7 +32,7 @@ def contract_folders() -> list[Path]:
 
 def user_folder() -> Path | None:
     """The first folder of CDCPIPE_TABLE_CONTRACT_DIRS, where contracts are written; None when unset."""
-    folders = contract_folders()[1:]
+    folders = contract_folders()
     return folders[0] if folders else None
 
 

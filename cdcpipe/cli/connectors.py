@@ -38,18 +38,26 @@ def _lifecycle(action: str, name: str) -> None:
 def connectors_apply(
     path: Path = typer.Argument(..., help="a definition file, or a folder of them (the demo's: examples/connectors)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show the plan; change nothing"),
+    wait_s: float = typer.Option(
+        120.0, "--wait-s", min=1, help="how long to wait for each changed connector and its tasks to run"
+    ),
+    no_wait: bool = typer.Option(False, "--no-wait", help="return once Connect took the configs"),
 ) -> None:
-    """Validate each definition against its plugin, then create or update what differs."""
-    client, _ = _connect()
+    """Validate each definition, create or update what differs, then wait until what changed is RUNNING."""
+    client, settings = _connect()
     with client:
-        changes = connector_commands.apply(client, path, dry_run=dry_run)
-    for change in changes:
-        verb = {"create": "created", "update": "updated", "unchanged": "unchanged"}[change.action]
-        if dry_run and change.action != "unchanged":
-            verb = f"would be {verb}"
-        typer.echo(f"{change.definition.name}: {verb} ({change.definition.source})")
-        for line in change.diff if change.action == "update" or dry_run else []:
-            typer.echo(f"    {line}")
+        changes = connector_commands.apply(client, path, dry_run=dry_run, settings=settings)
+        for change in changes:
+            verb = {"create": "created", "update": "updated", "unchanged": "unchanged"}[change.action]
+            if dry_run and change.action != "unchanged":
+                verb = f"would be {verb}"
+            typer.echo(f"{change.definition.name}: {verb} ({change.definition.source})")
+            for line in change.diff if change.action == "update" or dry_run else []:
+                typer.echo(f"    {line}")
+        changed = [c.definition.name for c in changes if c.action != "unchanged"]
+        if changed and not dry_run and not no_wait:
+            connector_commands.wait_running(client, settings, changed, timeout_s=wait_s)
+            typer.echo(f"{', '.join(changed)}: RUNNING, every task")
 
 
 @app.command("list")

@@ -39,11 +39,13 @@ def jobs_submit(
     trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
 ) -> None:
     """Start a job in the background, tracked by pid (its pid file and log: CDCPIPE_RUN_DIR/NAME.pid, NAME.log)."""
+    from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.run import control as job_control
 
     settings = JobsSettings.load()
     pid = job_control.submit(settings, name, master=master, trigger=trigger)
-    typer.echo(f"{name}: started (pid {pid}); `cdcpipe jobs status {name}` shows its progress")
+    spec = find_job(name, list(settings.jobs_dirs))
+    typer.echo(f"{name}: started (pid {pid}) from {spec.file}; `cdcpipe jobs status {name}` shows its progress")
 
 
 @app.command("list")

@@ -76,7 +76,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     # The folder of the file it was read from: a projection's module is looked for there first.
-    _folder: Path | None = PrivateAttr(None)
+    _file: Path | None = PrivateAttr(None)
 
     name: str = Field(pattern=JOB_NAME.pattern, description="lower case, digits, '_' and '-'")
     kind: Kind
@@ -160,7 +160,12 @@ class JobSpec(BaseModel):
     @property
     def folder(self) -> Path | None:
         """The folder of the job file it was read from (None when made in code)."""
-        return self._folder
+        return self._file.parent if self._file else None
+
+    @property
+    def file(self) -> Path | None:
+        """The job file it was read from (None when made in code): what the commands name."""
+        return self._file
 
     def table_path(self, lake: LakePath) -> LakePath:
         return lake.place(self.table)
@@ -180,7 +185,7 @@ def load_file(path: Path) -> JobSpec:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(file)'}: {e['msg']}" for e in exc.errors())
         raise StreamingError(f"{path}: invalid job definition: {problems}") from exc
-    spec._folder = path.parent
+    spec._file = path.resolve()
     return spec
 
 

@@ -39,6 +39,7 @@ def applied(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Path]:
     result = cdcpipe("connectors", "apply", str(path), env=stack.process_env())
     assert result.returncode == 0, result.stderr
     assert f"test-{outbox.tag}: created" in result.stdout
+    assert f"test-{outbox.tag}: RUNNING, every task" in result.stdout  # apply waited until it ran
     try:
         wait_state(stack, f"test-{outbox.tag}", "RUNNING")
         wait_slot_active(stack, f"slot_{outbox.tag}", f"test-{outbox.tag}")
@@ -257,29 +258,37 @@ def test_status_shows_the_slot_and_the_heartbeat_keeps_it_moving(stack: Stack, o
         wait_until(lambda: conn.execute(heartbeat).fetchone() is not None, 30, "Debezium's heartbeat query to run")
 
 
-def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
-    table = f"accounts_{outbox.tag}"
+def captured_table(stack: Stack, outbox: Outbox, table: str, prefix: str, columns: str, row: str) -> dict[str, str]:
+    """public.`table` (id text key, `columns`) with one `row`, in a publication; the table connector's config for it.
+
+    Its topics, slot and publication are named `<prefix>_<tag>`.
+    """
     with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE public.{} (id text PRIMARY KEY, balance integer)").format(sql.Identifier(table))
-        )
-        conn.execute(sql.SQL("INSERT INTO public.{} VALUES ('a', 10)").format(sql.Identifier(table)))
+        ident = sql.Identifier(table)
+        conn.execute(sql.SQL("CREATE TABLE public.{} (id text PRIMARY KEY, " + columns + ")").format(ident))
+        conn.execute(sql.SQL("INSERT INTO public.{} VALUES (" + row + ")").format(ident))
     settings = outbox.schema_settings.model_copy(
-        update={"captured_tables": (f"public.{table}",), "tables_publication": f"pub_tables_{outbox.tag}"}
+        update={"captured_tables": (f"public.{table}",), "tables_publication": f"pub_{prefix}_{outbox.tag}"}
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, outbox.names, settings)
     config = shipped("tables")
     config.update(
         {
-            "topic.prefix": f"tables_{outbox.tag}",
-            "slot.name": f"slot_tables_{outbox.tag}",
-            "publication.name": f"pub_tables_{outbox.tag}",
+            "topic.prefix": f"{prefix}_{outbox.tag}",
+            "slot.name": f"slot_{prefix}_{outbox.tag}",
+            "publication.name": f"pub_{prefix}_{outbox.tag}",
             "table.include.list": f"public\\.{table}",
             "heartbeat.action.query": f"INSERT INTO {outbox.names.outbox_schema}.debezium_heartbeat (id, beat) VALUES "
             "(2, now()) ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat",
         }
     )
+    return config
+
+
+def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
+    table = f"accounts_{outbox.tag}"
+    config = captured_table(stack, outbox, table, "tables", "balance integer", "'a', 10")
     name = f"test-tables-{outbox.tag}"
     path = write_definition(tmp_path, {"name": name, "config": config})
     try:
@@ -343,3 +352,84 @@ def test_a_bad_definition_is_rejected_with_the_field_named_and_nothing_applied(
     assert "plain-text-password" not in result.stdout + result.stderr
     with connect_client(stack) as client:
         assert f"test-{outbox.tag}" not in client.connectors()
+
+
+def test_apply_waits_for_the_tasks_and_fails_naming_the_topic_connect_may_not_write(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    """A table connector whose topic prefix no topic file grants Connect: `apply` exits non-zero with the fix.
+
+    Connect takes the config and its task starts; it fails only when it first writes its topics. Before, `apply`
+    exited 0 here and nothing said that changes had stopped flowing.
+    """
+    table = f"denied_{outbox.tag}"
+    # Prefix denied_: the outbox fixture grants Connect test_, tables_, mirror_ and evo_ only.
+    config = captured_table(stack, outbox, table, "denied", "n integer", "'a', 1")
+    name = f"test-denied-{outbox.tag}"
+    try:
+        result = cdcpipe(
+            "connectors",
+            "apply",
+            str(write_definition(tmp_path, {"name": name, "config": config})),
+            env=stack.process_env(),
+        )
+        assert f"{name}: created" in result.stdout
+        assert result.returncode == 2, result.stdout + result.stderr
+        said = result.stderr.strip()
+        assert said.startswith(f"error: connector {name}: task 0 FAILED: "), said
+        assert len(said.splitlines()) == 1, said
+        assert f"denied_{outbox.tag}." in said  # the topic, or its prefix
+        assert "CDCPIPE_TOPICS_DIR" in said
+        assert "`cdcpipe topics apply`" in said
+    finally:
+        cdcpipe("connectors", "delete", name, "--drop-slot", "--drop-publication", "--yes", env=stack.process_env())
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE public.{}").format(sql.Identifier(table)))
+
+
+def test_a_connector_deleted_with_its_slot_and_applied_again_starts_afresh(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    """`delete --drop-slot` resets the connector's offsets; offsets left of a dropped slot are refused at `apply`.
+
+    Before, Connect kept the offsets, and the same definition applied again failed its task at once, resuming
+    from an LSN of a slot that no longer existed.
+    """
+    env = stack.process_env()
+    name, slot = f"test-{outbox.tag}", f"slot_{outbox.tag}"
+    path = write_definition(tmp_path, outbox_connector(outbox))
+
+    def apply() -> subprocess.CompletedProcess[str]:
+        return cdcpipe("connectors", "apply", str(path), env=env)
+
+    def committed_offsets() -> None:
+        outbox.insert([("account", "acc-1", "AccountOpened", {"account_id": "acc-1"})])
+        with connect_client(stack) as client:
+            wait_until(lambda: client.offsets(name).get("offsets"), 60, "Connect to commit a source offset")
+
+    try:
+        first = apply()
+        assert first.returncode == 0, first.stderr
+        committed_offsets()
+        deleted = cdcpipe("connectors", "delete", name, "--drop-slot", "--yes", env=env)
+        assert f"reset the offsets of {name}" in deleted.stdout, deleted.stdout + deleted.stderr
+        again = apply()
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert f"{name}: RUNNING, every task" in again.stdout
+        committed_offsets()
+
+        # Deleted alone, its slot dropped apart: the offsets stay, and apply says what to do instead of failing.
+        assert cdcpipe("connectors", "delete", name, "--yes", env=env).returncode == 0
+        assert cdcpipe("connectors", "drop-slot", slot, "--yes", env=env).returncode == 0
+        refused = apply()
+        assert refused.returncode == 2
+        assert f"replication slot {slot} no longer exists" in refused.stderr
+        assert f"`cdcpipe connectors offsets reset {name}`, then `cdcpipe connectors resume {name}`" in refused.stderr
+        with connect_client(stack) as client:
+            assert client.status(name)["connector"]["state"] == "STOPPED"
+        assert cdcpipe("connectors", "offsets", "reset", name, env=env).returncode == 0
+        assert cdcpipe("connectors", "resume", name, env=env).returncode == 0
+        wait_state(stack, name, "RUNNING")
+        wait_slot_active(stack, slot, name)
+    finally:
+        cdcpipe("connectors", "delete", name, "--drop-slot", "--yes", env=env)

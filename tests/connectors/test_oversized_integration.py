@@ -34,7 +34,9 @@ def test_an_event_too_large_for_its_topic_is_dead_lettered_and_the_connector_run
         outbox, **{"transforms.oversized.topic": dead, "transforms.oversized.max.bytes": str(GUARD)}
     )
     name, slot = f"test-{outbox.tag}", f"slot_{outbox.tag}"
-    applied = cdcpipe("connectors", "apply", str(write_definition(tmp_path, definition)), env=stack.process_env())
+    applied = cdcpipe(
+        "connectors", "apply", "--no-wait", str(write_definition(tmp_path, definition)), env=stack.process_env()
+    )
     assert applied.returncode == 0, applied.stderr
     try:
         wait_state(stack, name, "RUNNING")

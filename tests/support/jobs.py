@@ -187,6 +187,16 @@ def table_rows(path: Path | str, key: str, stack: Stack | None = None) -> dict[s
     return by_key
 
 
+def drain(name: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run job `name` until it has applied what its topics hold now (available-now), on the shared driver.
+
+    For a test that needs the job's rows, not a job in the background: `jobs submit` proves that apart.
+    """
+    result = spark_run("streaming_jobs.run.runner", [name, "--trigger", "available-now"], env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
 def jobs_command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """`cdcpipe ARGS`; the Spark commands of `cdcpipe jobs` on this test process's shared driver."""
     spark = args[:1] == ("jobs",) and len(args) > 1 and args[1] in SPARK_COMMANDS

@@ -22,6 +22,7 @@ from tests.support.jobs import (
     alive_and,
     change,
     deposit,
+    drain,
     job_env,
     make_job,
     opened,
@@ -105,8 +106,7 @@ def test_backfill_replay_and_rewind_on_the_object_store(stack: Stack, topic: str
     assert balances("out") == {**{f"a-{i}": 0 for i in range(10)}, **{f"a-{i}": i + 1 for i in range(5)}}
     # (A rerun applying nothing reads the same applied offsets from the S3 log as the event log's second run.)
 
-    run("jobs", "submit", name, "--trigger", "available-now", env=env)  # the stream applies the rest
-    wait_until(lambda: status(name, env)["running"] is False, 300, "the job to drain the topic")
+    drain(name, env)  # the stream applies the rest
     assert balances("out") == expected
     assert status(name, env)["total_lag"] == 0
 
@@ -117,8 +117,7 @@ def test_backfill_replay_and_rewind_on_the_object_store(stack: Stack, topic: str
 
     moved = run("jobs", "rewind", name, "--to", "earliest", env=env)
     assert f"{topic}[0]: 20 -> 0" in moved.stdout
-    run("jobs", "submit", name, "--trigger", "available-now", env=env)
-    wait_until(lambda: status(name, env)["running"] is False, 300, "the rewound job to drain the topic")
+    drain(name, env)  # the rewound job
     assert balances("rebuilt") == expected, "read again from offset 0, applied once"
     assert not (tmp_path / "lake").exists()
 

@@ -21,6 +21,7 @@ from tests.support.jobs import (
     Event,
     alive_and,
     deposit,
+    drain,
     job_env,
     jobs_command,
     opened,
@@ -157,19 +158,15 @@ def test_rewind_resumes_earlier_without_applying_a_row_twice(stack: Stack, topic
     table = tmp_path / "lake" / "out"
     expected: dict[str, int] = {}
 
-    def drain() -> None:
-        run("jobs", "submit", name, "--trigger", "available-now", env=env)
-        wait_until(lambda: status(name, env)["running"] is False, 300, "the job to drain the topic")
-
     deposits(stack, topic, 5, 10, expected)
-    drain()
+    drain(name, env)
     assert balances(table) == expected
     deposits(stack, topic, 2, 10, expected)  # 20 more, not applied yet
 
     moved = run("jobs", "rewind", name, "--to", "earliest", env=env)
     assert f"{topic}[0]: 50 -> 0" in moved.stdout
     assert "@rewind-" in str(status(name, env)["checkpoint"])
-    drain()
+    drain(name, env)
     assert balances(table) == expected, "the first 50 deposits read again, not applied again"
 
     # An incident: the table is restored to its first version, from before any balance. Rewinding now
@@ -177,7 +174,7 @@ def test_rewind_resumes_earlier_without_applying_a_row_twice(stack: Stack, topic
     DeltaTable(str(table)).restore(0)
     assert balances(table) == {}
     run("jobs", "rewind", name, "--to", f"{topic}:0:0", env=env)
-    drain()
+    drain(name, env)
     assert balances(table) == expected
 
     # Moving forward past unapplied records is not a rewind.

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
-from tests.support.jobs import BALANCES, Event, alive_and, deposit, job_env, jobs_command, opened, send, status
+from tests.support.jobs import BALANCES, Event, alive_and, deposit, drain, job_env, jobs_command, opened, send, status
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
@@ -116,8 +116,7 @@ def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, t
     name, env = job_env(stack, tmp_path, "latest_state", topic)
     for wave in range(3):  # three runs, three appends: three small files
         send(stack, topic, [(f"w{wave}-{i}", "AccountOpened", opened(f"w{wave}-{i}"), None) for i in range(5)])
-        assert cdcpipe("jobs", "submit", name, "--trigger", "available-now", env=env).returncode == 0
-        wait_until(lambda: status(name, env)["running"] is False, 180, "the job to drain the topic")
+        drain(name, env)
     tables = [tmp_path / "lake" / "out", tmp_path / "lake" / "out_event_ids"]
     files_before = [len(DeltaTable(str(t)).file_uris()) for t in tables]
     assert min(files_before) >= 3

@@ -144,7 +144,11 @@ def source(stack: Stack, outbox: Outbox, tmp_path: Path, request: pytest.Fixture
     )
     connector = f"test-evo-{outbox.tag}"
     applied = cdcpipe(
-        "connectors", "apply", str(write_definition(tmp_path, {"name": connector, "config": config})), env=env
+        "connectors",
+        "apply",
+        "--no-wait",
+        str(write_definition(tmp_path, {"name": connector, "config": config})),
+        env=env,
     )
     assert applied.returncode == 0, applied.stderr
     try:

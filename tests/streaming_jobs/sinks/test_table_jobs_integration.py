@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from demo.run import EXAMPLES
 from schemas import outbox as schema_outbox
 from tests.support.connectors import shipped, wait_slot_active, wait_state, write_definition
 from tests.support.jobs import T0, change, make_job, row, send_changes
@@ -92,7 +93,7 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
         schema_outbox.apply(conn, outbox.names, settings)
     contracts = tmp_path / "table_contracts"
     contracts.mkdir()
-    contract = json.loads((Path(__file__).parents[3] / "schemas" / "tables" / "public.accounts.json").read_text())
+    contract = json.loads((EXAMPLES / "tables" / "public.accounts.json").read_text())
     (contracts / f"public.{table}.json").write_text(json.dumps(contract))
     config = shipped("tables")
     config.update(
@@ -109,7 +110,11 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
     try:
         assert (
             cdcpipe(
-                "connectors", "apply", str(write_definition(tmp_path, {"name": name, "config": config})), env=env
+                "connectors",
+                "apply",
+                "--no-wait",
+                str(write_definition(tmp_path, {"name": name, "config": config})),
+                env=env,
             ).returncode
             == 0
         )
