@@ -43,7 +43,7 @@ unit: install
 check: lint typecheck unit
 
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
-# One stack for the whole suite; independent tests two at a time, then those that restart the stack (tests/suite.py).
+# One stack for the whole suite; independent tests in parallel (three workers), then those that restart the stack (tests/suite.py).
 test: install lint typecheck
 	$(PY) -m tests.suite $(PYTEST_ARGS)
 

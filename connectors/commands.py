@@ -197,7 +197,7 @@ def wait_running(
                 raise ConnectError(_failure(report))
         now = clock()
         healthy = all(r.healthy and r.tasks for r in reports)
-        steady_since = (steady_since or now) if healthy else None
+        steady_since = (now if steady_since is None else steady_since) if healthy else None
         if steady_since is not None and now - steady_since >= steady_s:
             return
         if now >= deadline:
@@ -206,8 +206,9 @@ def wait_running(
                 for r in reports
                 if not r.healthy
             )
+            waiting = waiting or f"every task RUNNING, but for less than {steady_s:.0f}s"
             raise ConnectError(
-                f"not RUNNING within {timeout_s:.0f}s: {waiting or 'tasks RUNNING, but not yet for ' + str(steady_s) + 's'}; "
+                f"not RUNNING within {timeout_s:.0f}s: {waiting}; "
                 "`cdcpipe connectors status NAME` shows more, and the worker's log its cause"
             )
         sleep(1.0)

@@ -1,4 +1,4 @@
-"""`make test`: the whole suite on one stack, independent tests two at a time, then the ones that restart it.
+"""`make test`: the whole suite on one stack, independent tests in parallel, then the ones that restart it.
 
     python -m tests.suite [pytest arguments...]
 
@@ -25,7 +25,9 @@ from tests.support.stack import OWNED_VARIABLE, cdcpipe, parse_exports
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2, help="test processes of the first run (1: one at a time)")
+    # Three on 2 cores: most of an integration test waits (a trigger, Connect, a snapshot), and each worker keeps
+    # one Spark driver (tests/support/spark_host.py) instead of starting one per job run.
+    parser.add_argument("--workers", type=int, default=3, help="test processes of the first run (1: one at a time)")
     args, pytest_args = parser.parse_known_args()
     env = dict(os.environ)
     started_here = False
@@ -52,7 +54,7 @@ def main() -> int:
         middle = time.monotonic()
         second = subprocess.run([*pytest, "-m", "stack_lifecycle", *pytest_args], env=env, check=False)
         print(
-            f"suite: {middle - began:.0f}s for the tests two at a time, {time.monotonic() - middle:.0f}s for those "
+            f"suite: {middle - began:.0f}s for the tests in parallel, {time.monotonic() - middle:.0f}s for those "
             "that restart the stack"
         )
         # pytest exits 5 when a run selects nothing (a -k that matches only one half): not a failure.

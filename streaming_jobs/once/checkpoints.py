@@ -31,6 +31,23 @@ def batch_end(checkpoint: LakePath, batch_id: int) -> Offsets | None:
     return reached
 
 
+def clear_unfinished_writes(checkpoint: LakePath) -> list[str]:
+    """Delete what a killed query left half-written in `offsets/` and `commits/`; returns their names.
+
+    Spark writes each file as `.N.<uuid>.tmp` (with Hadoop's `..N.<uuid>.tmp.crc`) and renames it once whole:
+    such a file was never part of the checkpoint, and nothing reads it. But a kill before the rename of
+    `offsets/0` leaves the folder not empty, and Spark 4 then refuses to start the query at batch 0
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY), for good.
+    """
+    cleared = []
+    for folder in ("offsets", "commits"):
+        for name in (checkpoint / folder).names("."):
+            if name.endswith((".tmp", ".tmp.crc")):
+                (checkpoint / folder / name).delete()
+                cleared.append(f"{folder}/{name}")
+    return cleared
+
+
 def committed_offsets(checkpoint: LakePath) -> Offsets:
     """The offsets the last *committed* batch reached, per (topic, partition); a planned batch does not count."""
     commits = [int(n) for n in (checkpoint / "commits").names() if n.isdigit()]

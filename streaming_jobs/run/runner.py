@@ -35,7 +35,7 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import Partition
 from streaming_jobs.once import sources
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.once.checkpoints import batch_end, write_progress
+from streaming_jobs.once.checkpoints import batch_end, clear_unfinished_writes, write_progress
 from streaming_jobs.once.context import BatchContext, app_id
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
@@ -62,6 +62,9 @@ def run(
     # A missing topic, or one not the table's (recreated, repartitioned): refused with the fix, not a Java trace.
     topics = sources.check_topics(settings, spec, where.table)
     retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
+    cleared = clear_unfinished_writes(checkpoint)  # a kill mid-write must not stop every later start
+    if cleared:
+        log.warning("job %s: removed what a stopped run left half-written in its checkpoint: %s", spec.name, cleared)
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
     registry = checked_registry(spark)
     identity = app_id(checkpoint)

@@ -59,6 +59,7 @@ class SparkHost:
         self._conn: Connection | None = None
         self._key: dict[str, str] | None = None
         self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._unable = False  # a host that could not start is not tried again: every run a process
 
     def run(
         self, entry: str, argv: list[str], env: dict[str, str], timeout: float = 600, cwd: str | None = None
@@ -82,7 +83,7 @@ class SparkHost:
         )
 
     def _ready(self, env: dict[str, str]) -> bool:
-        if self._conn is None:
+        if self._conn is None and not self._unable:
             self._start(env)
         return self._conn is not None and self._key == session_key(env)
 
@@ -109,6 +110,8 @@ class SparkHost:
                 threading.Event().wait(0.2)
                 waited += 0.2
         if self._conn is None:
+            sys.stderr.write(f"the tests' Spark host did not start; every run a process of its own:\n{self._log()}\n")
+            self._unable = True
             self._stop(f"did not start within {deadline:.0f}s")
             return
         self._key = session_key(env)
