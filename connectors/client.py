@@ -130,7 +130,9 @@ class ConnectClient:
         if response.status_code < 300:
             return response.json() if response.content else None
         message = _message(response)
-        if response.status_code == 409:
+        # A worker answers 409 during a rebalance, and 500 "a rebalance is expected" just before one (seen while
+        # connectors were being created side by side): both pass, so both are retried.
+        if response.status_code == 409 or (response.status_code == 500 and "rebalance is expected" in message):
             raise RebalanceInProgressError(f"{method} {url}: {message}")
         if response.status_code in (401, 403):
             who = f"as {self.settings.connect_user}" if self.settings.connect_user else "without credentials"

@@ -27,6 +27,20 @@ def test_a_rebalance_is_retried_until_it_is_over() -> None:
     assert len(calls) == 3
 
 
+def test_a_rebalance_connect_expects_is_retried_too() -> None:
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        if len(calls) < 2:
+            message = "Request cannot be completed because a rebalance is expected"
+            return httpx.Response(500, json={"error_code": 500, "message": message})
+        return httpx.Response(200, json={"name": "x"})
+
+    assert client(httpx.MockTransport(handler)).config("x") == {"name": "x"}
+    assert len(calls) == 2
+
+
 def test_a_rebalance_that_never_ends_is_reported_as_retryable() -> None:
     transport = httpx.MockTransport(lambda _: httpx.Response(409, json={"message": "rebalance in progress"}))
     with pytest.raises(RebalanceInProgressError) as raised:

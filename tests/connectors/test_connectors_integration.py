@@ -36,10 +36,10 @@ pytestmark = pytest.mark.integration
 def applied(stack: Stack, outbox: Outbox, tmp_path: Path) -> Iterator[Path]:
     """The outbox connector applied with `cdcpipe connectors apply`; deleted (and its slot dropped) after."""
     path = write_definition(tmp_path, outbox_connector(outbox))
-    result = cdcpipe("connectors", "apply", str(path), env=stack.process_env())
+    # Setup only: what apply's own wait proves is in the tests of it below.
+    result = cdcpipe("connectors", "apply", "--no-wait", str(path), env=stack.process_env())
     assert result.returncode == 0, result.stderr
     assert f"test-{outbox.tag}: created" in result.stdout
-    assert f"test-{outbox.tag}: RUNNING, every task" in result.stdout  # apply waited until it ran
     try:
         wait_state(stack, f"test-{outbox.tag}", "RUNNING")
         wait_slot_active(stack, f"slot_{outbox.tag}", f"test-{outbox.tag}")
@@ -292,7 +292,7 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
     name = f"test-tables-{outbox.tag}"
     path = write_definition(tmp_path, {"name": name, "config": config})
     try:
-        result = cdcpipe("connectors", "apply", str(path), env=stack.process_env())
+        result = cdcpipe("connectors", "apply", "--no-wait", str(path), env=stack.process_env())
         assert result.returncode == 0, result.stderr
         wait_state(stack, name, "RUNNING")
         wait_slot_active(stack, f"slot_tables_{outbox.tag}", name)
