@@ -52,11 +52,7 @@ CASES = [
 def test_bad_arguments_get_the_stages_error_not_a_traceback(
     args: list[str], says: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Nothing of a running stack may leak in (make test exports its CDCPIPE_* variables to every test).
-    for key in [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]:
-        monkeypatch.delenv(key)
-    for key, value in {**UNREACHABLE, **{k: str(v) for k, v in EXAMPLE_FOLDERS.items()}}.items():
-        monkeypatch.setenv(key, value)
+    _unreachable_stack(monkeypatch, {k: str(v) for k, v in EXAMPLE_FOLDERS.items()})
     assert says in _error_of(args)
 
 
@@ -73,11 +69,16 @@ UNSET = [
 def test_without_folders_of_the_users_a_command_names_the_variable_to_set(
     args: list[str], says: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _unreachable_stack(monkeypatch, {})
+    assert says in _error_of(args)
+
+
+def _unreachable_stack(monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]) -> None:
+    """Every service refuses at once, and nothing of a running stack leaks in (make test exports its variables)."""
     for key in [k for k in os.environ if k.startswith("CDCPIPE_") or k == "PGPASSFILE"]:
         monkeypatch.delenv(key)
-    for key, value in UNREACHABLE.items():
+    for key, value in {**UNREACHABLE, **extra}.items():
         monkeypatch.setenv(key, value)
-    assert says in _error_of(args)
 
 
 def _error_of(args: list[str]) -> str:
