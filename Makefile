@@ -88,7 +88,7 @@ bench: install
 # The soak run: the whole pipeline, all five job kinds, under load for 10 minutes while the relay, a job's
 # driver, Kafka Connect, Kafka and Postgres are killed and restarted in turn; then each read model is checked
 # against Postgres (bench/chaos.py; writes bench/results/chaos.json, exits 1 on anything missing, doubled or
-# out of order). A 2-minute version runs in `make test`.
+# out of order). A short version (each fault once) runs in `make test`.
 chaos: install
 	$(CDCPIPE) stack up
 	$(PY) bench/chaos.py

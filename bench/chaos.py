@@ -10,7 +10,8 @@ Two relays (a leader and a standby) publish the events; a Debezium connector cap
 streaming jobs (Spark, trigger 1 s) build every kind of read model at once:
 - event_log and latest_state and the example balance projection, from the events;
 - table_mirror and table_history, from the table's change events.
-Every `--every` seconds one fault, the kinds in a shuffled rotation:
+Every `--every` seconds one fault, the kinds in a shuffled rotation (a rotation once begun is finished, so
+even the shortest run has every fault):
 - relay: SIGKILL the leading relay (the standby takes over; the killed one comes back as the standby);
 - job: SIGKILL one job's Spark driver mid-stream (each job in turn), then `cdcpipe jobs submit` it again;
 - connect: SIGKILL the Kafka Connect worker, start it again (Debezium sends again what it had not committed);
@@ -468,7 +469,7 @@ def soak_run(
                 client.restart(soak.connector, only_failed=True)
 
     try:
-        while time.monotonic() - began < args.minutes * 60:
+        while time.monotonic() - began < args.minutes * 60 or rotation:
             time.sleep(args.every)
             check_alive(f"fault {len(faults) + 1}")
             if not rotation:
