@@ -1,6 +1,6 @@
 """Chaos soak: the whole pipeline, every job kind, under steady load while its parts are killed and restarted.
 
-    python bench/chaos.py [--minutes 10] [--rate 200] [--every 30] [--seed 1] [--faults relay,job,...]
+    python bench/chaos.py [--minutes 10] [--rate 200] [--every 30] [--kafka-down-s 10] [--seed 1] [--faults relay,job,...]
                           [--results bench/results/chaos.json]
 
 Needs the local stack running (`cdcpipe stack up`): this run stops and starts its services. A generator
@@ -15,7 +15,7 @@ even the shortest run has every fault):
 - relay: SIGKILL the leading relay (the standby takes over; the killed one comes back as the standby);
 - job: SIGKILL one job's Spark driver mid-stream (each job in turn), then `cdcpipe jobs submit` it again;
 - connect: SIGKILL the Kafka Connect worker, start it again (Debezium sends again what it had not committed);
-- kafka: stop the broker, leave it down 10 s, start it again;
+- kafka: stop the broker, leave it down 10 s (`--kafka-down-s`), start it again;
 - postgres: crash it (SIGQUIT: immediate shutdown, then crash recovery), start it again.
 Then the load stops, the outbox drains, and the run waits until every read model matches the truth in
 Postgres (or 10 minutes pass), and prints per kind the missing / doubled / out-of-order counts
@@ -409,6 +409,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=200, help="deposits committed per second")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between faults")
+    parser.add_argument("--kafka-down-s", type=float, default=10.0, help="how long the broker stays down")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--faults", default=",".join(FAULTS), help=f"which, comma-separated, of {','.join(FAULTS)}")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -499,7 +500,7 @@ def soak_run(
                 local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
             elif fault == "kafka":
                 Kafka(settings).process.stop()
-                time.sleep(10)
+                time.sleep(args.kafka_down_s)
                 local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
             else:
                 replace(Postgres(settings).process, stop_signal=signal.SIGQUIT).stop()

@@ -1,6 +1,7 @@
 """Replay benchmark: a latest-state read model rebuilt from a topic, and how the time grows with the events.
 
     python bench/replay_bench.py [--sizes 100000,250000,500000,1000000] [--chunk-size 250000] [--no-compare]
+                                 [--no-warm-up]
                                  [--lakes local,s3]
 
 Needs the stack running (Kafka; Spark runs in this process, local[2], beside the whole stack on the two
@@ -45,6 +46,9 @@ def main() -> None:
     parser.add_argument(
         "--no-compare", dest="compare", action="store_false", help="skip the run where Spark reads every record"
     )
+    parser.add_argument(
+        "--no-warm-up", dest="warm_up", action="store_false", help="skip the unreported runs that warm the JVM up"
+    )
     parser.add_argument("--lakes", default="local,s3", help="comma-separated: local (a folder), s3 (the object store)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
@@ -77,9 +81,10 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     # (reduce, size, reported): a small run of each path first warms the JVM up; Spark reading every record
     # (the path before the reduction, and what `--no-reduce` does) runs once, at the largest size.
-    plan = [(True, min(20_000, sizes[0]), False), *[(True, n, True) for n in sizes]]
+    warm = min(20_000, sizes[0])
+    plan = [*([(True, warm, False)] if args.warm_up else []), *[(True, n, True) for n in sizes]]
     if args.compare:
-        plan += [(False, min(20_000, sizes[0]), False), (False, sizes[-1], True)]
+        plan += [*([(False, warm, False)] if args.warm_up else []), (False, sizes[-1], True)]
     # Each lake with what reaching it takes (its store, the writer leases' Postgres), as a job's settings give it.
     lakes = [
         (kind, settings.model_copy(update={"lake": f"{os.environ[LAKES[kind]]}/_bench_replay_{tag}"}).lake_root())

@@ -80,6 +80,11 @@ class ConnectClient:
         result: JSON = self._call("GET", f"/connectors/{_q(name)}/status")
         return result
 
+    def task_configs(self, name: str) -> list[dict[str, str]]:
+        """The configs the connector's tasks run with now (a config change reaches them on their restart)."""
+        result: list[dict[str, Any]] = self._call("GET", f"/connectors/{_q(name)}/tasks")
+        return [dict(task.get("config", {})) for task in result]
+
     def pause(self, name: str) -> None:
         self._call("PUT", f"/connectors/{_q(name)}/pause")
 

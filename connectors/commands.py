@@ -25,7 +25,17 @@ def apply(
     A Postgres connector is created STOPPED, and started only once its offsets are known to fit its slot
     (`settings` say where Postgres is; without them it is created running).
     """
-    loaded = definitions.load(path)
+    return apply_definitions(client, definitions.load(path), dry_run=dry_run, settings=settings)
+
+
+def apply_definitions(
+    client: ConnectClient,
+    loaded: list[definitions.Definition],
+    *,
+    dry_run: bool = False,
+    settings: ConnectSettings | None = None,
+) -> list[Change]:
+    """`apply` of definitions already loaded (or made by `cdcpipe tables add`)."""
     for definition in loaded:
         definitions.check_against_plugin(definition, client.validate({**definition.config, "name": definition.name}))
     changes = [definitions.plan(d, client.config(d.name)) for d in loaded]

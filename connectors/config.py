@@ -28,6 +28,11 @@ class ConnectSettings(StageSettings):
         SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
         description="libpq connection string used to read replication slots and publications",
     )
+    connectors_dir: Path | None = Field(
+        None,
+        description="folder of your connector definitions: `connectors apply`'s default, and where `tables add` "
+        "keeps the table connector's definition in step (the demo's: examples/connectors)",
+    )
 
     @model_validator(mode="after")
     def _credentials(self) -> ConnectSettings:

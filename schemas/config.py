@@ -107,6 +107,10 @@ class SchemaSettings(StageSettings):
     )
     publication: str = Field("cdcpipe_outbox", description="publication of the outbox table for Debezium")
     heartbeat_table: str = Field("debezium_heartbeat", description="table Debezium's heartbeat query updates")
+    signal_table: str = Field(
+        "debezium_signal",
+        description="table in the outbox schema through which the table connector is asked for incremental snapshots",
+    )
     debezium_role: str = Field(
         "cdcpipe_debezium", description="role of the Debezium connectors: REPLICATION, SELECT on what they capture"
     )
@@ -126,7 +130,13 @@ class SchemaSettings(StageSettings):
     )
 
     @field_validator(
-        "writer_role", "relay_role", "publication", "heartbeat_table", "debezium_role", "tables_publication"
+        "writer_role",
+        "relay_role",
+        "publication",
+        "heartbeat_table",
+        "signal_table",
+        "debezium_role",
+        "tables_publication",
     )
     @classmethod
     def _names(cls, value: str) -> str:

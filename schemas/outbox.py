@@ -61,6 +61,7 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
     status = qualified(names, names.relay_status_table)
     seq = qualified(names, names.sequence)
     heartbeat = qualified(names, settings.heartbeat_table)
+    signal = qualified(names, settings.signal_table)
     assign_fn = qualified(names, names.assign_function)
     notify_fn = qualified(names, names.notify_function)
     writer, relay = sql.Identifier(settings.writer_role), sql.Identifier(settings.relay_role)
@@ -137,6 +138,11 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (id integer PRIMARY KEY, beat timestamptz NOT NULL DEFAULT pg_catalog.now())"
         ).format(heartbeat),
+        # Debezium's signal table, in the shape it requires: `cdcpipe tables snapshot` inserts execute-snapshot
+        # signals; the connector itself inserts the watermarks of each incremental snapshot chunk.
+        sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))"
+        ).format(signal),
         # Roles: created without login unless a password is configured, so an admin can also grant them.
         *_role(settings.writer_role, settings.writer_secret()),
         *_role(settings.relay_role, settings.relay_secret()),
@@ -152,6 +158,7 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, debezium),
         sql.SQL("GRANT SELECT ON {} TO {}").format(outbox, debezium),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(heartbeat, debezium),
+        sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(signal, debezium),
         *[
             statement
             for table in settings.captured_tables
@@ -209,13 +216,39 @@ def _ensure_publication(conn: psycopg.Connection[object], names: OutboxNames, se
     """The outbox publication, and the business tables' one.
 
     Each also carries the heartbeat table, so a heartbeat moves the slot of an idle source: no pinned WAL.
+    The tables' one also carries the signal table (incremental snapshots), and only grows here: a table
+    `cdcpipe tables add` put in it stays until `cdcpipe tables remove` takes it out.
     """
     heartbeat = qualified(names, settings.heartbeat_table)
-    wanted = [(settings.publication, [qualified(names, names.outbox_table), heartbeat])]
+    outbox = [qualified(names, names.outbox_table), heartbeat]
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone()
+    verb = "ALTER PUBLICATION {} SET TABLE {}" if exists else "CREATE PUBLICATION {} FOR TABLE {}"
+    conn.execute(sql.SQL(verb).format(sql.Identifier(settings.publication), sql.SQL(", ").join(outbox)))
     if settings.captured_tables:
-        tables = [sql.Identifier(*t.split(".", 1)) for t in settings.captured_tables]
-        wanted.append((settings.tables_publication, [*tables, heartbeat]))
-    for publication, tables in wanted:
-        exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
-        verb = "ALTER PUBLICATION {} SET TABLE {}" if exists else "CREATE PUBLICATION {} FOR TABLE {}"
-        conn.execute(sql.SQL(verb).format(sql.Identifier(publication), sql.SQL(", ").join(tables)))
+        add_to_tables_publication(conn, names, settings, settings.captured_tables)
+
+
+def publication_tables(conn: psycopg.Connection[object], publication: str) -> set[str] | None:
+    """The tables (schema.table) a publication carries; None when it does not exist."""
+    if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is None:
+        return None
+    rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
+    return {f"{row[0]}.{row[1]}" for row in rows.fetchall()}  # type: ignore[index]
+
+
+def add_to_tables_publication(
+    conn: psycopg.Connection[object], names: OutboxNames, settings: SchemaSettings, tables: tuple[str, ...]
+) -> list[str]:
+    """Put `tables` (with the heartbeat and signal tables) in the business tables' publication; what was added."""
+    wanted = [
+        *tables,
+        f"{names.outbox_schema}.{settings.heartbeat_table}",
+        f"{names.outbox_schema}.{settings.signal_table}",
+    ]
+    held = publication_tables(conn, settings.tables_publication)
+    missing = [t for t in dict.fromkeys(wanted) if held is None or t not in held]
+    if missing:
+        verb = "CREATE PUBLICATION {} FOR TABLE {}" if held is None else "ALTER PUBLICATION {} ADD TABLE {}"
+        listed = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)
+        conn.execute(sql.SQL(verb).format(sql.Identifier(settings.tables_publication), listed))
+    return [t for t in missing if t in tables]

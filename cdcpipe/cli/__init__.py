@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from cdcpipe.cli import connectors, jobs, relay, schema, stack, topics
+from cdcpipe.cli import connectors, jobs, relay, schema, stack, tables, topics
 from cdcpipe.common.errors import CdcpipeError
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for group in (stack, schema, topics, relay, connectors, jobs):
+for group in (stack, schema, topics, relay, connectors, jobs, tables):
     app.add_typer(group.app, name=group.__name__.rsplit(".", 1)[1])
 
 

@@ -36,7 +36,10 @@ def _lifecycle(action: str, name: str) -> None:
 
 @app.command("apply")
 def connectors_apply(
-    path: Path = typer.Argument(..., help="a definition file, or a folder of them (the demo's: examples/connectors)"),
+    path: Path | None = typer.Argument(
+        None,
+        help="a definition file, or a folder of them (default: CDCPIPE_CONNECTORS_DIR; the demo's: examples/connectors)",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show the plan; change nothing"),
     wait_s: float = typer.Option(
         120.0, "--wait-s", min=1, help="how long to wait for each changed connector and its tasks to run"
@@ -45,6 +48,11 @@ def connectors_apply(
 ) -> None:
     """Validate each definition, create or update what differs, then wait until what changed is RUNNING."""
     client, settings = _connect()
+    path = path or settings.connectors_dir
+    if path is None:
+        raise ConnectError(
+            "which definitions? give a file or folder, or set CDCPIPE_CONNECTORS_DIR to your folder of them"
+        )
     with client:
         changes = connector_commands.apply(client, path, dry_run=dry_run, settings=settings)
         for change in changes:

@@ -61,12 +61,18 @@ def jobs_list() -> None:
 
 @app.command("status")
 def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Running or not, last batch, rows/s, batch duration, dead letters, lag per partition."""
+    """Running or not, last batch, rows/s, dead letters, lag per partition, and the connectors feeding it."""
+    from capture import flow
+    from connectors.config import ConnectSettings
+    from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.run import control as job_control
 
-    report = job_control.status(JobsSettings.load(), name)
+    settings = JobsSettings.load()
+    report = job_control.status(settings, name)
+    writers = flow.sources(ConnectSettings.load(), list(find_job(name, list(settings.jobs_dirs)).topics))
     if as_json:
-        typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag}, indent=2))
+        found = writers if isinstance(writers, str) else [{**asdict(w), "flowing": w.flowing} for w in writers]
+        typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag, "sources": found}, indent=2))
         return
     state = f"running (pid {report.pid})" if report.running else "not running"
     typer.echo(f"{report.name} ({report.kind}): {state}")
@@ -81,6 +87,8 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
         )
     for topic in report.missing_topics:
         typer.echo(f"  {topic}: does not exist; the job is refused until `cdcpipe topics apply` creates it")
+    for line in [writers] if isinstance(writers, str) else [w.line() for w in writers]:
+        typer.echo(f"  {line}")
     for line in report.log_tail:
         typer.echo(f"    | {line}")
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from capture.config import CaptureSettings
 from cdcpipe.common.home import REPO_ROOT
 from cdcpipe.common.kafka_client import KafkaSettings
 from cdcpipe.common.settings import ENV_PREFIX, StageSettings
@@ -35,6 +36,7 @@ MODELS: tuple[type[StageSettings], ...] = (
     ConnectSettings,
     JobsSettings,
     ObjectStoreSettings,
+    CaptureSettings,
 )
 
 

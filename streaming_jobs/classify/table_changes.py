@@ -34,6 +34,9 @@ SOURCE = StructType(
         StructField("ts_ms", LongType()),
         StructField("txId", LongType()),
         StructField("snapshot", StringType()),
+        # Postgres: ["last commit LSN", "LSN"], as text. An incremental snapshot's rows carry no lsn, only this:
+        # the stream's position when their chunk was emitted (after its window closed).
+        StructField("sequence", StringType()),
     ]
 )
 # Debezium's unavailable.value.placeholder (its default), as a string column and as base64 bytes.
@@ -100,6 +103,18 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
     return functools.reduce(DataFrame.unionByName, parts)
 
 
+def position() -> Column:
+    """Where a change stands in the WAL: its LSN, or for an incremental snapshot's row, the stream's then.
+
+    Debezium's incremental snapshot (DBLog) drops from a chunk every row changed while the chunk's window was
+    open, and emits the rest when the window closes: each emitted row is the row as of that position, later
+    than every change it reflects and earlier than every change after it. Ordered by this, a snapshot row
+    never overwrites a newer change.
+    """
+    sequence = F.get_json_object(F.col("c.source.sequence"), "$[1]").cast(LongType())
+    return F.coalesce(F.col("c.source.lsn"), sequence)
+
+
 def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFrame:
     coordinates = ["raw_key", "raw_value", "topic", "kafka_partition", "kafka_offset", "kafka_timestamp"]
     changes = records.select(
@@ -112,6 +127,7 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
         F.col("timestamp").alias("kafka_timestamp"),
     ).select(_change(plan.shape).alias("c"), *coordinates)
     row = F.when(F.col("c.op") == "d", F.col("c.before")).otherwise(F.col("c.after"))
+    lsn = position()
     types = contract.types
     values: list[Column] = []
     unavailable: list[Column] = []
@@ -141,7 +157,7 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
             F.concat(F.lit("unknown op "), F.coalesce(F.col("c.op"), F.lit("null"))),
         )
         .when(row.isNull(), F.lit("no row image (after for c/u/r, before for d)"))
-        .when(F.col("c.source.lsn").isNull(), F.lit("no source.lsn: cannot order the change"))
+        .when(lsn.isNull(), F.lit("no source.lsn (nor source.sequence): cannot order the change"))
         .when(missing_key, F.lit(f"primary key {list(contract.primary_key)} missing from the row"))
     )
     if plan.dead_letter:
@@ -154,9 +170,9 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
     )
     return changes.select(
         *values,
-        F.concat(key, F.lit("@"), F.col("c.source.lsn").cast("string")).alias("event_id"),
+        F.concat(key, F.lit("@"), lsn.cast("string")).alias("event_id"),
         F.col("c.op").alias("_op"),
-        F.col("c.source.lsn").alias("_lsn"),
+        lsn.alias("_lsn"),
         (F.col("c.source.ts_ms") / 1000).cast("timestamp").alias("_source_ts"),
         (F.array_compact(F.array(*unavailable)) if unavailable else F.array().cast(ArrayType(StringType()))).alias(
             UNAVAILABLE

@@ -24,6 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame
 
 from cdcpipe.common.errors import CdcpipeError
+from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX, JobsSettings
@@ -62,6 +63,9 @@ def run(
     # A missing topic, or one not the table's (recreated, repartitioned): refused with the fix, not a Java trace.
     topics = sources.check_topics(settings, spec, where.table)
     retention.check(settings, spec, where)  # offsets retention deleted: refuse before any work, naming them
+    if spec.source_table:  # which row contract it reads, of the folders of CDCPIPE_TABLE_CONTRACT_DIRS
+        contract = load_table_contract(spec.source_table)
+        print(f"job {spec.name}: row contract of {spec.source_table}: v{contract.version}, {contract.path}", flush=True)
     cleared = clear_unfinished_writes(checkpoint)  # a kill mid-write must not stop every later start
     if cleared:
         log.warning("job %s: removed what a stopped run left half-written in its checkpoint: %s", spec.name, cleared)

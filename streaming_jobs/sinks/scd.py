@@ -1,7 +1,7 @@
 """The table kinds: a mirror of a captured table (SCD type 1) and its history (SCD type 2), in WAL order.
 
-Both key on the table's primary key (from its row contract) and order a key's changes by `source.lsn`, then
-Kafka offset. Each writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
+Both key on the table's primary key (from its row contract) and order a key's changes by their WAL position
+(`source.lsn`, or an incremental snapshot row's: classify.table_changes.position), then Kafka offset. Each writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
 whole; and a change never overwrites a newer one (an LSN comparison), so order holds across batches too.
 
 An unchanged TOASTed value (named in `_unavailable`, classify.table_changes) takes the key's value before it:
@@ -11,6 +11,8 @@ source table makes Debezium send every value (`schema apply` sets it for `replic
 """
 
 from __future__ import annotations
+
+import functools
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, Window
@@ -114,6 +116,32 @@ def _from_current_versions(ordered: DataFrame, ctx: BatchContext, keys: list[str
     return joined.select(*filled)
 
 
+def _without_repeated_reads(changes: DataFrame, ctx: BatchContext, keys: list[str], columns: list[str]) -> DataFrame:
+    """The changes less each snapshot read (`r`) equal to the version before it: no version says nothing new.
+
+    A snapshot of a table the history already holds (`cdcpipe tables snapshot`, after a repair) reads every
+    row again; only a row that differs from its current version (or from the change before it in the batch)
+    is a new version. A read never stands for a change: a row updated since is read with its update's values.
+    """
+    current = (
+        DeltaTable.forPath(ctx.spark, str(ctx.table))
+        .toDF()
+        .where("is_current")
+        .select(*[F.col(c).alias(f"_cur_{c}") for c in columns])
+    )
+    on = [changes[k].eqNullSafe(current[f"_cur_{k}"]) for k in keys]
+    in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
+    joined = changes.join(current, on, "left")
+    first = F.row_number().over(in_order) == 1
+    before = [
+        F.when(first, F.col(f"_cur_{c}")).otherwise(F.lag(F.col(c)).over(in_order)).eqNullSafe(F.col(c))
+        for c in columns
+    ]
+    had_one = F.when(first, F.col(f"_cur_{keys[0]}").isNotNull()).otherwise(F.lag("_op").over(in_order) != "d")
+    repeated = (F.col("_op") == "r") & had_one & functools.reduce(lambda a, b: a & b, before)
+    return joined.withColumn("_repeated", repeated).where(~F.col("_repeated")).select(*changes.columns)
+
+
 def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
     """One row per version (valid_from, valid_to, is_current); a delete closes the last version.
 
@@ -124,9 +152,11 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract)
     in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
+    valid = _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
+    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)) and not valid.where("_op = 'r'").isEmpty():
+        valid = _without_repeated_reads(valid, ctx, keys, columns)
     ordered = (
-        _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
-        .withColumn("_next_ts", F.lead("_source_ts").over(in_order))
+        valid.withColumn("_next_ts", F.lead("_source_ts").over(in_order))
         .withColumn("_rank", F.row_number().over(in_order))
         .cache()
     )

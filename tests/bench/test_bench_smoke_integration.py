@@ -20,7 +20,8 @@ from tests.support.stack import Stack, cdcpipe
 
 pytestmark = pytest.mark.integration
 
-SMOKE_VARIANTS = "floor_marker,job_no_cache,job_one_task_per_core"
+# The floor's code and the job's, each with one of its options: every variant is one harness, one flag apart.
+SMOKE_VARIANTS = "floor_marker,job_one_task_per_core"
 
 # bench, tiny arguments, the results file, keys its JSON must hold
 ON_A_RUNNING_STACK = [
@@ -46,8 +47,19 @@ ON_A_RUNNING_STACK = [
         "catch_up.json",
         ["quiet_drain_events_per_s", "notified_drain_events_per_s"],
     ),
-    ("replay_bench", ["--sizes", "2000", "--chunk-size", "1000", "--lakes", "local"], "replay.json", ["runs"]),
-    # Each variant is a driver of its own (about 30 s): three take the floor's and the job's code and three options.
+    (
+        "replay_bench",
+        ["--sizes", "2000", "--chunk-size", "1000", "--lakes", "local", "--no-warm-up"],
+        "replay.json",
+        ["runs"],
+    ),
+    (
+        "snapshot_bench",
+        ["--rows", "3000", "--writes-per-s", "5", "--timeout-s", "300"],
+        "snapshot.json",
+        ["snapshot_rows_per_s", "mirror_has_every_row_s"],
+    ),
+    # Each variant is a driver of its own (about 30 s).
     (
         "batch_bench",
         ["--events", "1500", "--per-batch", "300", "--variants", SMOKE_VARIANTS],
@@ -94,6 +106,9 @@ def test_a_bench_runs_and_reports(
     assert report
     for key in keys:
         assert key in report, f"{name}: no {key!r} in {sorted(report)}"
+    if name == "snapshot_bench":
+        assert report["passed"], report
+        assert report["mirror_rows_differing_from_the_table"] == 0
     if name == "batch_bench":
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())

@@ -34,6 +34,8 @@ def test_every_kind_matches_postgres_after_every_fault(stack: Stack, tmp_path: P
             "50",
             "--every",
             "5",
+            "--kafka-down-s",
+            "3",
             "--results",
             str(results),
         ],

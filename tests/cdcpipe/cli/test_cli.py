@@ -61,7 +61,7 @@ UNSET = [
     (["jobs", "submit", "account_events"], "no job folder is set; set CDCPIPE_JOBS_DIRS"),
     (["jobs", "status", "account_events"], "no job folder is set; set CDCPIPE_JOBS_DIRS"),
     (["topics", "apply"], "no topic files: set CDCPIPE_TOPICS_DIR"),
-    (["connectors", "apply"], "Missing argument 'path'"),
+    (["connectors", "apply"], "set CDCPIPE_CONNECTORS_DIR"),
 ]
 
 

@@ -1,0 +1,160 @@
+r"""The table connector's config as `cdcpipe tables` changes it: its include list, its signals, a new one.
+
+Debezium matches each `table.include.list` entry, a regular expression, against the whole `schema.table`,
+ignoring case. A table is added as its own escaped entry and removed only as that entry: a table matched
+by a broader pattern the user wrote (`public\..*`) is theirs to edit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from capture.config import CaptureSettings
+from capture.errors import CaptureError
+from connectors import definitions
+from connectors.definitions import Definition
+from schemas.config import OutboxNames, SchemaSettings
+
+INCLUDE = "table.include.list"
+
+
+def patterns(config: dict[str, str]) -> list[str]:
+    """The include list's entries, in order."""
+    return [p.strip() for p in config.get(INCLUDE, "").split(",") if p.strip()]
+
+
+def entry(table: str) -> str:
+    """The include-list entry that names exactly `schema.table`."""
+    return re.escape(table)
+
+
+def captured_by(config: dict[str, str], table: str) -> str | None:
+    """The include-list entry that matches `table`, if one does."""
+    return next((p for p in patterns(config) if re.fullmatch(p, table, re.IGNORECASE)), None)
+
+
+def captured_tables(config: dict[str, str], names: OutboxNames) -> list[str]:
+    """The tables its include list names exactly (its own heartbeat and signal tables left out)."""
+    ours = f"{names.outbox_schema}."
+    found = []
+    for pattern in patterns(config):
+        table = pattern.replace("\\", "")
+        if re.escape(table) == pattern and not table.startswith(ours):
+            found.append(table)
+    return found
+
+
+def notifications_topic(config: dict[str, str]) -> str:
+    """Where the connector reports its snapshots' progress: `<topic.prefix>.debezium_notifications`."""
+    return f"{config.get('topic.prefix', 'cdcpipe')}.debezium_notifications"
+
+
+def with_tables(config: dict[str, str], tables: list[str], signal: str) -> dict[str, str]:
+    """The config capturing `tables` too (appended to its include list), with its signals and notifications set.
+
+    The signal table takes `tables snapshot`'s requests; the notifications topic (under the connector's own
+    topic prefix, whose ACLs it has) carries each snapshot's progress, which `tables list` shows.
+    """
+    listed = patterns(config)
+    listed += [entry(t) for t in tables if captured_by(config, t) is None]
+    if captured_by({INCLUDE: ",".join(listed)}, signal) is None:
+        listed.append(entry(signal))
+    return {
+        **config,
+        INCLUDE: ",".join(listed),
+        "signal.data.collection": signal,
+        "notification.enabled.channels": "sink",
+        "notification.sink.topic.name": notifications_topic(config),
+    }
+
+
+def without_tables(config: dict[str, str], tables: list[str]) -> dict[str, str]:
+    """The config no longer capturing `tables`; CaptureError if a broader pattern of the user's matches one."""
+    drop = {entry(t).lower() for t in tables}
+    kept = [p for p in patterns(config) if p.lower() not in drop]
+    for table in tables:
+        broader = captured_by({INCLUDE: ",".join(kept)}, table)
+        if broader is not None:
+            raise CaptureError(
+                f"{table} is also captured by the include-list pattern {broader!r} of the connector's "
+                f"{INCLUDE}: edit that pattern in its definition and `cdcpipe connectors apply` it"
+            )
+    return {**config, INCLUDE: ",".join(kept)}
+
+
+def new_config(
+    capture: CaptureSettings, schema: SchemaSettings, names: OutboxNames, tables: list[str]
+) -> dict[str, str]:
+    """A table connector in the shape every table job reads (JSON with schemas, decimals as text, types kept).
+
+    Its database settings are references the Connect worker resolves from its own environment (the stack's
+    worker has CDCPIPE_PG_* and CDCPIPE_DEBEZIUM_PASSWORD); a worker elsewhere needs them set, or a
+    definition of yours in CDCPIPE_CONNECTORS_DIR.
+    """
+    heartbeat = f"{names.outbox_schema}.{schema.heartbeat_table}"
+    signal = f"{names.outbox_schema}.{schema.signal_table}"
+    config = {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": "${env:CDCPIPE_PG_HOST}",
+        "database.port": "${env:CDCPIPE_PG_PORT}",
+        "database.dbname": "${env:CDCPIPE_PG_DATABASE}",
+        "database.user": schema.debezium_role,
+        "database.password": "${env:CDCPIPE_DEBEZIUM_PASSWORD}",
+        "topic.prefix": capture.capture_topic_prefix,
+        "slot.name": capture.capture_slot,
+        "publication.name": schema.tables_publication,
+        "publication.autocreate.mode": "disabled",
+        INCLUDE: entry(heartbeat),
+        "snapshot.mode": "initial",
+        "heartbeat.interval.ms": "10000",
+        "heartbeat.action.query": (
+            # Debezium runs it; both names are checked identifiers (schemas.config.check_identifier).
+            f'INSERT INTO "{names.outbox_schema}"."{schema.heartbeat_table}" (id, beat) VALUES (2, now()) '  # noqa: S608
+            "ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat"
+        ),
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "false",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "true",
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "adaptive_time_microseconds",
+        "topic.creation.default.partitions": "-1",
+        "topic.creation.default.replication.factor": "-1",
+        "column.propagate.source.type": ".*",
+        "interval.handling.mode": "numeric",
+        "binary.handling.mode": "bytes",
+    }
+    return with_tables(config, tables, signal)
+
+
+def definition_file(folder: Path, name: str) -> Path | None:
+    """The file of `folder` that defines connector `name`, if one does."""
+    if not folder.is_dir():
+        return None
+    for path in sorted(p for p in folder.iterdir() if p.suffix in definitions.SUFFIXES):
+        if any(d.name == name for d in definitions.load(path)):
+            return path
+    return None
+
+
+def write_definition(folder: Path, name: str, config: dict[str, str]) -> Path:
+    """Keep the definition of `name` in `folder` in step with `config` (its file rewritten, or a new JSON file)."""
+    path = definition_file(folder, name) or folder / f"{name}.json"
+    document = {"name": name, "config": config}
+    folder.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(document, indent=2) + "\n")
+    else:
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def as_definition(name: str, config: dict[str, str], source: Path) -> Definition:
+    """A definition for `connectors.commands.apply_definitions`, checked as a file's would be."""
+    return definitions.Definition(name=name, config=config, source=source)

@@ -1,0 +1,137 @@
+"""The files `cdcpipe tables add` writes into the user's folders: a topic file and job files.
+
+They are the user's from then on, versioned with the rest: `topics apply` and `jobs submit` read them as
+they read any other. A topic or job already declared anywhere in those folders is left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from capture.config import CaptureSettings
+from schemas.topics import Declared, PrefixGrant, TopicSpec
+
+JOB_KINDS = {"mirror": "table_mirror", "history": "table_history"}
+
+
+@dataclass(frozen=True)
+class File:
+    """A file to write, and what it declares."""
+
+    path: Path
+    text: str
+
+
+def topic_of(prefix: str, table: str) -> str:
+    """Debezium's topic for a table: `<topic.prefix>.<schema>.<table>`."""
+    return f"{prefix}.{table}"
+
+
+def topic_spec(capture: CaptureSettings, topic: str) -> TopicSpec:
+    """A captured table's topic as `tables add` declares it."""
+    return TopicSpec(
+        name=topic,
+        partitions=capture.capture_partitions,
+        replication_factor=-1,
+        config={"retention.ms": str(capture.capture_retention_ms), "cleanup.policy": "delete"},
+        producers=(capture.capture_connect_principal,),
+        consumers=(capture.capture_jobs_principal,),
+    )
+
+
+def topic_file(folder: Path, connector: str, table: str, spec: TopicSpec) -> File:
+    """One captured table's topic, with the ACLs of the connector (writes) and the jobs (read)."""
+    config = "\n".join(f'"{k}" = "{v}"' for k, v in spec.config.items())
+    text = f"""# Row changes of {table}, written by the Debezium connector {connector} (`cdcpipe tables add`).
+# Keys are the rows' primary keys: one row, one partition, in commit order.
+
+[[topic]]
+name = "{spec.name}"
+partitions = {spec.partitions}
+replication_factor = {spec.replication_factor}
+producers = {_list(spec.producers)}
+consumers = {_list(spec.consumers)}
+
+[topic.config]
+{config}
+"""
+    return File(folder / f"{spec.name}.toml", text)
+
+
+def connector_grants(capture: CaptureSettings, prefix: str) -> list[PrefixGrant]:
+    """What the connector writes besides the tables' topics, by prefix, which Connect creates.
+
+    Its heartbeat topic, and the change events of its own heartbeat and signal tables (`<prefix>.<schema>.*`).
+    """
+    connect, jobs = (capture.capture_connect_principal,), (capture.capture_jobs_principal,)
+    return [
+        PrefixGrant(f"{prefix}.", producers=connect, consumers=jobs, creators=connect),
+        PrefixGrant(f"__debezium-heartbeat.{prefix}", producers=connect, creators=connect),
+    ]
+
+
+def uncovered(declared: Declared, grants: list[PrefixGrant]) -> list[PrefixGrant]:
+    """The grants no declared prefix already gives (the same or a shorter prefix, with every principal)."""
+    missing = []
+    for grant in grants:
+        covered = any(
+            grant.prefix.startswith(have.prefix)
+            and set(grant.producers) <= set(have.producers)
+            and set(grant.consumers) <= set(have.consumers)
+            and set(grant.creators) <= set(have.creators)
+            for have in declared.prefixes
+        )
+        if not covered:
+            missing.append(grant)
+    return missing
+
+
+def grants_file(folder: Path, connector: str, grants: list[PrefixGrant]) -> File:
+    """The connector's own prefixes, in a topic file named after it."""
+    entries = "\n".join(
+        f"""
+[[prefix]]
+name = "{g.prefix}"
+producers = {_list(g.producers)}
+consumers = {_list(g.consumers)}
+creators = {_list(g.creators)}"""
+        for g in grants
+    )
+    text = f"""# Topics the Debezium connector {connector} names and creates itself (`cdcpipe tables add`): its
+# heartbeat topic, and the change events of its heartbeat and signal tables.
+{entries}
+"""
+    return File(folder / f"{connector}.toml", text)
+
+
+def job_name(table: str, what: str) -> str:
+    """`orders_mirror` for public.orders, `sales_orders_mirror` for sales.orders (job names are lower case)."""
+    schema, _, name = table.partition(".")
+    base = name if schema == "public" else f"{schema}_{name}"
+    slug = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")
+    return f"{slug if slug[:1].isalpha() else 't_' + slug}_{what}"
+
+
+def job_file(folder: Path, table: str, what: str, topic: str) -> File:
+    """A mirror or history job of `table`, reading its topic."""
+    name = job_name(table, what)
+    described = {
+        "mirror": f"A copy of {table}, kept current from its change events (SCD type 1).",
+        "history": f"Every version of every row of {table}, with valid_from / valid_to / is_current (SCD type 2).",
+    }[what]
+    text = f"""# {described}
+# Written by `cdcpipe tables add`; yours to change.
+name = "{name}"
+kind = "{JOB_KINDS[what]}"
+topics = ["{topic}"]
+table = "{name}"
+trigger = "1s"
+source_table = "{table}"
+"""
+    return File(folder / f"{name}.toml", text)
+
+
+def _list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"

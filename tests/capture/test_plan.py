@@ -1,0 +1,117 @@
+"""The pure parts of `cdcpipe tables`: include-list arithmetic, the files it writes, snapshot notifications."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from capture import connector, files, progress
+from capture.config import CaptureSettings
+from capture.errors import CaptureError
+from schemas import topics
+from schemas.config import OutboxNames, SchemaSettings
+from streaming_jobs.jobs.spec import load_all
+
+SIGNAL = "cdcpipe.debezium_signal"
+
+
+def test_a_table_is_added_once_with_the_signal_table_and_removed_as_its_own_entry() -> None:
+    config = {connector.INCLUDE: "public\\.accounts,cdcpipe\\.debezium_heartbeat", "topic.prefix": "shop"}
+    added = connector.with_tables(config, ["public.orders", "public.accounts"], SIGNAL)
+    assert connector.patterns(added) == [
+        "public\\.accounts",
+        "cdcpipe\\.debezium_heartbeat",
+        "public\\.orders",
+        "cdcpipe\\.debezium_signal",
+    ]
+    assert added["signal.data.collection"] == SIGNAL
+    assert added["notification.sink.topic.name"] == "shop.debezium_notifications"
+    assert connector.with_tables(added, ["public.orders"], SIGNAL) == added  # twice: no change
+    assert connector.captured_tables(added, OutboxNames.load()) == ["public.accounts", "public.orders"]
+    removed = connector.without_tables(added, ["public.orders"])
+    assert "public\\.orders" not in connector.patterns(removed)
+    assert connector.captured_by(removed, "public.accounts") == "public\\.accounts"
+
+
+def test_a_table_matched_by_a_pattern_of_the_users_is_theirs_to_remove() -> None:
+    config = {connector.INCLUDE: "public\\..*"}
+    assert connector.captured_by(config, "PUBLIC.Orders") == "public\\..*"  # Debezium ignores case
+    assert connector.patterns(connector.with_tables(config, ["public.orders"], SIGNAL)) == [
+        "public\\..*",
+        "cdcpipe\\.debezium_signal",
+    ]
+    with pytest.raises(CaptureError, match=r"also captured by the include-list pattern 'public\\\\\.\.\*'"):
+        connector.without_tables(config, ["public.orders"])
+
+
+def test_a_new_connector_captures_the_tables_with_the_settings_every_table_job_reads() -> None:
+    config = connector.new_config(CaptureSettings.load(), SchemaSettings.load(), OutboxNames.load(), ["sales.orders"])
+    assert connector.captured_by(config, "sales.orders")
+    assert config["value.converter.schemas.enable"] == "true"
+    assert config["decimal.handling.mode"] == "string"
+    assert config["publication.autocreate.mode"] == "disabled"
+    assert "cdcpipe.debezium_heartbeat" in config["heartbeat.action.query"].replace('"', "")
+
+
+def test_the_files_written_are_what_topics_apply_and_the_jobs_read(tmp_path: Path) -> None:
+    capture = CaptureSettings.load()
+    spec = files.topic_spec(capture, "shop.sales.orders")
+    files_written = [
+        files.topic_file(tmp_path / "topics", "tables", "sales.orders", spec),
+        files.grants_file(tmp_path / "topics", "tables", files.connector_grants(capture, "shop")),
+        files.job_file(tmp_path / "jobs", "sales.orders", "mirror", "shop.sales.orders"),
+        files.job_file(tmp_path / "jobs", "sales.Order Lines", "history", "shop.sales.Order Lines"),
+    ]
+    for file in files_written:
+        file.path.parent.mkdir(exist_ok=True)
+        file.path.write_text(file.text)
+    declared = topics.load(tmp_path / "topics")
+    assert [(t.name, t.partitions, t.config) for t in declared.topics] == [(spec.name, 6, spec.config)]
+    assert declared.topics[0].producers == ("User:connect",)
+    assert declared.topics[0].consumers == ("User:jobs",)
+    assert [g.prefix for g in declared.prefixes] == ["shop.", "__debezium-heartbeat.shop"]
+    assert files.uncovered(declared, files.connector_grants(capture, "shop")) == []
+    assert files.uncovered(declared, files.connector_grants(capture, "other")) != []
+    jobs = load_all([tmp_path / "jobs"])
+    assert sorted(jobs) == ["sales_order_lines_history", "sales_orders_mirror"]
+    assert jobs["sales_orders_mirror"].kind == "table_mirror"
+    assert jobs["sales_orders_mirror"].source_table == "sales.orders"
+    assert tomllib.loads(files_written[2].text)["topics"] == ["shop.sales.orders"]
+
+
+def test_snapshot_notifications_say_where_each_tables_snapshot_is() -> None:
+    def note(kind: str, data: dict[str, str], at: int = 1_795_000_000_000) -> bytes:
+        payload = {"aggregate_type": "Incremental Snapshot", "type": kind, "additional_data": data, "timestamp": at}
+        return json.dumps({"schema": {}, "payload": payload}).encode()
+
+    started = note("STARTED", {"data_collections": "public.orders,public.refunds"})
+    chunk = note(
+        "IN_PROGRESS",
+        {
+            "data_collections": "public.orders,public.refunds",
+            "current_collection_in_progress": "public.orders",
+            "last_processed_key": "1024",
+            "maximum_key": "5000",
+        },
+    )
+    scanned = note(
+        "TABLE_SCAN_COMPLETED",
+        {"scanned_collection": "public.orders", "total_rows_scanned": "4990", "status": "SUCCEEDED"},
+    )
+    completed = note("COMPLETED", {}, at=1_795_000_060_000)
+    assert {t: p.line() for t, p in progress.fold([started, chunk]).items()} == {
+        "public.orders": "incremental snapshot in progress (at key 1024 of 5000) at 2026-11-18 11:06:40 UTC",
+        "public.refunds": "incremental snapshot started at 2026-11-18 11:06:40 UTC",
+    }
+    assert progress.fold([started, chunk, scanned])["public.orders"].line() == (
+        "incremental snapshot table scan completed (4990 rows, succeeded) at 2026-11-18 11:06:40 UTC"
+    )
+    assert {t: p.state for t, p in progress.fold([started, chunk, scanned, completed]).items()} == {
+        "public.orders": "COMPLETED",
+        "public.refunds": "COMPLETED",
+    }
+    other = json.dumps({"payload": {"aggregate_type": "Other", "type": "COMPLETED"}}).encode()
+    assert progress.fold([b"not json", None, other]) == {}
