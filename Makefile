@@ -79,6 +79,7 @@ bench: install
 	$(PY) bench/jobs_bench.py --lakes local --drift-minutes 10
 	$(PY) bench/batch_bench.py
 	$(PY) bench/replay_bench.py
+	$(PY) bench/snapshot_bench.py
 	$(CDCPIPE) stack down
 	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(CDCPIPE) stack up
 	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(PY) bench/tls_bench.py

@@ -1,6 +1,6 @@
 """Snapshot benchmark: a table that already holds N rows, captured with `cdcpipe tables add`, into a running mirror.
 
-    python bench/snapshot_bench.py [--rows 1000000] [--writes-per-s 50] [--lake s3|local]
+    python bench/snapshot_bench.py [--rows 1000000] [--writes-per-s 50] [--lake s3|local] [--sample-s 5]
 
 Needs the stack running. Everything is the bench's own (a tag): its outbox schema, connector, slot,
 publication, topic prefix, and folders of contracts, topics, jobs and connector definitions, as a user's. It
@@ -44,7 +44,6 @@ from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
 
 CHUNK_ROWS = 1024  # Debezium's incremental.snapshot.chunk.size default, which `tables add` keeps
-SAMPLE_S = 5.0
 
 
 def cdcpipe(env: dict[str, str], *args: str) -> str:
@@ -118,6 +117,16 @@ def mirror_rows(table: str, options: dict[str, str] | None) -> int:
         return 0
 
 
+def differing(dsn: str, table: str, mirror: str, options: dict[str, str] | None) -> int:
+    """Rows whose amount differs between the table and its mirror (a row on one side only counts too)."""
+    with psycopg.connect(dsn) as conn:
+        query = sql.SQL("SELECT id, amount FROM {}").format(sql.Identifier("public", table))
+        truth = {r[0]: str(r[1]) for r in conn.execute(query)}
+    held = DeltaTable(mirror, storage_options=options).to_pyarrow_table(columns=["id", "amount"]).to_pylist()
+    mirrored = {r["id"]: str(r["amount"]) for r in held}
+    return sum(1 for k in truth.keys() | mirrored.keys() if truth.get(k) != mirrored.get(k))
+
+
 def snapshot_state(env: dict[str, str], table: str) -> str:
     listed = cdcpipe(env, "tables", "list").splitlines()
     at = listed.index(f"public.{table}")
@@ -130,6 +139,7 @@ def main() -> None:
     parser.add_argument("--writes-per-s", type=int, default=50, help="updates of random rows while the snapshot runs")
     parser.add_argument("--lake", choices=("s3", "local"), default="s3")
     parser.add_argument("--timeout-s", type=float, default=1800.0)
+    parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between two samples")
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     tag = uuid.uuid4().hex[:8]
@@ -183,7 +193,7 @@ def main() -> None:
         writer.start()
         completed: float | None = None
         while time.monotonic() - began < args.timeout_s:
-            time.sleep(SAMPLE_S)
+            time.sleep(args.sample_s)
             state = snapshot_state(env, big)
             now = round(time.monotonic() - requested, 1)
             samples.append(
@@ -202,15 +212,13 @@ def main() -> None:
             if completed is not None and samples[-1]["mirror_rows"] >= args.rows:
                 break
         caught_up = samples[-1]["s"] if samples and samples[-1]["mirror_rows"] >= args.rows else None
-        time.sleep(3 * SAMPLE_S)  # the writer's last updates through the mirror
-        with psycopg.connect(dsn) as conn:
-            truth = {
-                r[0]: str(r[1])
-                for r in conn.execute(sql.SQL("SELECT id, amount FROM {}").format(sql.Identifier("public", big)))
-            }
-        held = DeltaTable(mirror, storage_options=options).to_pyarrow_table(columns=["id", "amount"]).to_pylist()
-        mirrored = {r["id"]: str(r["amount"]) for r in held}
-        differ = sum(1 for k in truth.keys() | mirrored.keys() if truth.get(k) != mirrored.get(k))
+        # The writer's last updates reach the mirror a few batches later: compare until equal, a minute at most.
+        differ = -1
+        for _ in range(6):
+            time.sleep(2 * args.sample_s)
+            differ = differing(dsn, big, mirror, options)
+            if differ == 0:
+                break
     finally:
         writer.halt.set()
         cdcpipe(env, "jobs", "stop", job)

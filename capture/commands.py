@@ -212,9 +212,8 @@ def _contract_steps(settings: Settings, conn: psycopg.Connection[Any], tables: l
         ]
         note = f"; it takes precedence over {', '.join(shadowed)}" if shadowed else ""
         if path.is_file():
-            differs = catalog.differences(
-                table_contracts.from_document(table, _read(path), path), catalog.contract_document(conn, table)
-            )
+            held = table_contracts.from_document(table, json.loads(path.read_text()), path)
+            differs = catalog.differences(held, catalog.contract_document(conn, table))
             if not differs:
                 steps.append(Step("contract", table, "unchanged", f"{path} agrees with the catalog{note}"))
                 continue
@@ -232,11 +231,6 @@ def _contract_steps(settings: Settings, conn: psycopg.Connection[Any], tables: l
                 Step("contract", table, "create", f"{path}, from the catalog{note}", _import(settings, table, folder))
             )
     return steps
-
-
-def _read(path: Path) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(path.read_text())
-    return document
 
 
 def _import(settings: Settings, table: str, folder: Path) -> Callable[[], None]:
@@ -275,15 +269,9 @@ def _topic_steps(settings: Settings, tables: list[str], prefix: str) -> list[Ste
     for applied in planned:
         verb = {"created": "create", "configured": "configure", "granted": "grant"}.get(applied.action, applied.action)
         detail = "; ".join(d for d in (applied.detail, applied.acls) if d)
-        steps.append(
-            Step(
-                "topic",
-                applied.name,
-                verb,
-                detail,
-                apply if changing and applied is changing[0] else _nothing if applied in changing else None,
-            )
-        )
+        # One `topics apply` does every change of the plan: the first changing line runs it.
+        run = None if applied not in changing else apply if applied is changing[0] else _nothing
+        steps.append(Step("topic", applied.name, verb, detail, run))
     return steps
 
 

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import Offsets
 
@@ -72,3 +73,26 @@ def write_progress(
     if batch:
         record["batch_steps"] = batch
     (checkpoint / PROGRESS_FILE).write_text(json.dumps(record, default=str))
+
+
+def read_progress(checkpoint: LakePath, attempts: int = 10) -> dict[str, Any]:
+    """What `write_progress` last wrote; empty when the job never wrote it.
+
+    An object store may serve a file while it is being replaced, part old and part new (the local stack's
+    s3proxy does, on its file-system backend): such a read is not JSON (not even UTF-8 at times), and is read again.
+    """
+    path = checkpoint / PROGRESS_FILE
+    for attempt in range(attempts):
+        try:
+            record: dict[str, Any] = json.loads(path.read_text())
+            return record
+        except FileNotFoundError:
+            return {}
+        except ValueError:  # not JSON, or not even text
+            if attempt == attempts - 1:
+                raise StreamingError(
+                    f"{path.url} is not JSON in {attempts} reads: the job rewrites it after each batch, so it should "
+                    "be whole in the next; if it stays broken, delete it (the running job writes it again)"
+                ) from None
+            time.sleep(0.05)
+    return {}

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cdcpipe.common.processes import TrackedProcess
 from streaming_jobs.config import JobsSettings
@@ -28,7 +27,7 @@ from streaming_jobs.jobs.spec import JobSpec, check_name, find, load_all
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import KafkaPositions
 from streaming_jobs.once import sources
-from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
+from streaming_jobs.once.checkpoints import committed_offsets, read_progress
 
 
 def tracked(settings: JobsSettings, name: str) -> TrackedProcess:
@@ -141,8 +140,7 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
     spec = find(name, list(settings.jobs_dirs))
     process = tracked(settings, spec.name)
     where = locations.current(spec, settings.lake_root())
-    progress_file = where.checkpoint / PROGRESS_FILE
-    record: dict[str, Any] = json.loads(progress_file.read_text()) if progress_file.exists() else {}
+    record = read_progress(where.checkpoint)
     progress = record.get("progress") or {}
     pid = process.pid()
     return JobStatus(

@@ -55,7 +55,7 @@ ON_A_RUNNING_STACK = [
     ),
     (
         "snapshot_bench",
-        ["--rows", "3000", "--writes-per-s", "5", "--timeout-s", "300"],
+        ["--rows", "3000", "--writes-per-s", "5", "--timeout-s", "300", "--sample-s", "1"],
         "snapshot.json",
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),

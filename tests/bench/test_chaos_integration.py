@@ -27,13 +27,13 @@ def test_every_kind_matches_postgres_after_every_fault(stack: Stack, tmp_path: P
         [
             sys.executable,
             str(BENCH / "chaos.py"),
-            # One rotation of the five faults (chaos.py finishes a rotation it began), 5 s apart under load.
+            # One rotation of the five faults (chaos.py finishes a rotation it began), 3 s apart under load.
             "--minutes",
             "0.1",
             "--rate",
             "50",
             "--every",
-            "5",
+            "3",
             "--kafka-down-s",
             "3",
             "--results",

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from cdcpipe.common.processes import TrackedProcess
 from demo.run import EXAMPLES
 from streaming_jobs.lake.paths import LakePath
 from tests.support.spark_host import SPARK_COMMANDS, spark_run
@@ -166,11 +167,15 @@ def status(name: str, env: dict[str, str]) -> dict[str, object]:
 
 def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callable[[], bool]) -> Callable[[], bool]:
     """`condition`, but fail at once with the job's log if the job died (instead of waiting out the timeout)."""
+    # Its pid file, as `jobs status` reads it (not the command: a process of its own per poll).
+    job = TrackedProcess(
+        name=f"job {name}", pid_file=tmp_path / "run" / f"{name}.pid", log_file=tmp_path / "run" / f"{name}.log"
+    )
 
     def check() -> bool:
         if condition():
             return True
-        if status(name, env)["running"] is False:
+        if job.pid() is None:
             log = (tmp_path / "run" / f"{name}.log").read_text()
             pytest.fail(f"job {name} died:\n{log[-3000:]}")
         return False

@@ -8,9 +8,15 @@ import pytest
 
 
 def wait_until(condition: object, timeout_s: float, what: str) -> None:
+    """Poll `condition` until it holds; between two polls, twice as long as the last one took (at least 0.1 s).
+
+    Many conditions run a command (`cdcpipe jobs status`, `tables list`): a process of a second or two of CPU.
+    Polled back to back, each waiting test kept a core busy with them, on a suite whose two cores are its limit.
+    """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        began = time.monotonic()
         if condition():  # type: ignore[operator]
             return
-        time.sleep(0.1)
+        time.sleep(max(0.1, min(2 * (time.monotonic() - began), 5.0)))
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
