@@ -225,6 +225,7 @@ def topic(stack: Stack, topic_name: str) -> str:
 # do not end the run alone on one worker while the others have nothing left; the unit tests fill the gaps last.
 LONG_FIRST = (
     "tests/streaming_jobs/schema_change/",
+    "tests/capture/",
     "tests/bench/",
     "tests/streaming_jobs/lake/",
     "tests/connectors/",
