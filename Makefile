@@ -72,6 +72,7 @@ clean:
 bench: install
 	$(CDCPIPE) stack down
 	$(PY) bench/stack_startup.py
+	$(PY) bench/driver_start.py
 	$(CDCPIPE) stack up
 	$(PY) bench/relay_bench.py
 	$(PY) bench/catch_up_bench.py

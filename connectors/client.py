@@ -80,6 +80,11 @@ class ConnectClient:
         result: JSON = self._call("GET", f"/connectors/{_q(name)}/status")
         return result
 
+    def expanded(self) -> dict[str, JSON]:
+        """Every connector's status and config in one request ({name: {"status": ..., "info": ...}})."""
+        result: dict[str, JSON] = self._call("GET", "/connectors", params=[("expand", "status"), ("expand", "info")])
+        return result
+
     def task_configs(self, name: str) -> list[dict[str, str]]:
         """The configs the connector's tasks run with now (a config change reaches them on their restart)."""
         result: list[dict[str, Any]] = self._call("GET", f"/connectors/{_q(name)}/tasks")

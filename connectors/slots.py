@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -55,7 +56,12 @@ def slot_status(settings: ConnectSettings, slot: str) -> SlotStatus | None:
 def logical_slots(settings: ConnectSettings) -> list[SlotStatus]:
     """Every logical replication slot of the database server, by name."""
     with _connect(settings) as conn:
-        return [_status(row) for row in conn.execute(_SLOTS + " WHERE slot_type = 'logical' ORDER BY slot_name")]
+        return read_logical_slots(conn)
+
+
+def read_logical_slots(conn: psycopg.Connection[Any]) -> list[SlotStatus]:
+    """`logical_slots` on a connection of the caller's (any role with pg_monitor, or the slots' owner)."""
+    return [_status(row) for row in conn.execute(_SLOTS + " WHERE slot_type = 'logical' ORDER BY slot_name")]
 
 
 def human_bytes(count: int) -> str:

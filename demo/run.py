@@ -213,4 +213,8 @@ def run(say: Callable[[str], None] = print) -> None:
         job_control.stop(spark, JOB)
         relay.send_signal(signal.SIGTERM)
         relay.wait(60)
+    say(
+        "Watch it: `cdcpipe status` (every part on one screen), the graphs at "
+        f"{stack.prometheus_url}/consoles/cdcpipe.html, the alerts at {stack.prometheus_url}/alerts."
+    )
     say("The stack is still up: `cdcpipe stack status`, `cdcpipe stack down` when you are done.")

@@ -48,6 +48,10 @@ class StackSettings(StageSettings):
         le=MAX_SPARK_WORKERS,
         description="Spark workers `stack up --spark-cluster` starts (the Nth's web UI on CDCPIPE_SPARK_WORKER_UI_PORT + N - 1)",
     )
+    prometheus_port: int = Field(9090, description="Prometheus (scrapes every component; the alert rules) port")
+    relay_metrics_port: int = Field(
+        9464, description="where the stack's Prometheus scrapes the relay (the relay's CDCPIPE_METRICS_PORT)"
+    )
     start_timeout_s: float = Field(180.0, gt=0, description="seconds a service may take to become healthy")
     java: str = Field("java", description="java executable (17 or newer)")
 
@@ -61,6 +65,8 @@ class StackSettings(StageSettings):
         "spark_master_port",
         "spark_master_ui_port",
         "spark_worker_ui_port",
+        "prometheus_port",
+        "relay_metrics_port",
     )
     @classmethod
     def _port_in_range(cls, value: int, info: ValidationInfo) -> int:
@@ -123,6 +129,15 @@ class StackSettings(StageSettings):
     @property
     def connect_url(self) -> str:
         return f"http://127.0.0.1:{self.connect_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
+
+    @property
+    def metrics_targets(self) -> Path:
+        """Prometheus' file-based discovery: a running job's driver writes its target here."""
+        return self.state / "prometheus" / "targets"
 
     @property
     def spark_master_url(self) -> str:

@@ -26,6 +26,7 @@ SERVICE_USERS = {
     "connect": "cdcpipe-connect",
     "s3": "cdcpipe-s3",
     "spark": "cdcpipe-spark",
+    "prometheus": "cdcpipe-prometheus",
 }
 
 

@@ -15,7 +15,7 @@ from infra import kafka_security
 from infra.config import MAX_SPARK_WORKERS, StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
 from infra.services import CORE_SERVICES, Postgres, Service, SparkMaster, SparkWorker
-from infra.services.base import JOBS_ROLE, RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
+from infra.services.base import JOBS_ROLE, MONITOR_ROLE, RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
 from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, secret_key
 from infra.stack_secrets import secret_file
@@ -256,6 +256,11 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "AWS_REGION": REGION,
         "AWS_ALLOW_HTTP": "true",
         "CDCPIPE_S3_LAKE": f"s3a://{BUCKET}/lake",
+        # Observing: the stack's Prometheus, where a job's driver writes its scrape target, the monitor role.
+        "CDCPIPE_PROMETHEUS_URL": settings.prometheus_url,
+        "CDCPIPE_METRICS_TARGETS_DIR": str(settings.metrics_targets),
+        "CDCPIPE_MONITOR_PG_DSN": postgres.dsn(role=MONITOR_ROLE),
+        "CDCPIPE_MONITOR_PASSWORD_FILE": str(secret_file(settings, ROLE_SECRETS[MONITOR_ROLE])),
     }
     if SparkMaster(settings).process.pid() is not None:
         # Jobs read CDCPIPE_SPARK_MASTER: with the cluster up, they run on it (each capped by spark_cores_max).

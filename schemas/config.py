@@ -105,6 +105,14 @@ class SchemaSettings(StageSettings):
     relay_password_file: Path | None = Field(
         None, description="file holding the relay role's password (`cdcpipe stack env` names the stack's one)"
     )
+    monitor_role: str = Field(
+        "cdcpipe_monitor",
+        description="role of the metrics collector and `cdcpipe status`: pg_monitor, and SELECT on the outbox tables",
+    )
+    monitor_password: SecretStr | None = Field(None, description="if set, the monitor role may log in with it")
+    monitor_password_file: Path | None = Field(
+        None, description="file holding the monitor role's password (`cdcpipe stack env` names the stack's one)"
+    )
     publication: str = Field("cdcpipe_outbox", description="publication of the outbox table for Debezium")
     heartbeat_table: str = Field("debezium_heartbeat", description="table Debezium's heartbeat query updates")
     signal_table: str = Field(
@@ -132,6 +140,7 @@ class SchemaSettings(StageSettings):
     @field_validator(
         "writer_role",
         "relay_role",
+        "monitor_role",
         "publication",
         "heartbeat_table",
         "signal_table",
@@ -161,6 +170,10 @@ class SchemaSettings(StageSettings):
     def relay_secret(self) -> SecretStr | None:
         """The relay role's password, from the setting or the file it names."""
         return _secret(self.relay_password, self.relay_password_file)
+
+    def monitor_secret(self) -> SecretStr | None:
+        """The monitor role's password, from the setting or the file it names."""
+        return _secret(self.monitor_password, self.monitor_password_file)
 
     def debezium_secret(self) -> SecretStr | None:
         """The Debezium role's password, from the setting or the file it names."""

@@ -65,7 +65,7 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
     assign_fn = qualified(names, names.assign_function)
     notify_fn = qualified(names, names.notify_function)
     writer, relay = sql.Identifier(settings.writer_role), sql.Identifier(settings.relay_role)
-    debezium = sql.Identifier(settings.debezium_role)
+    debezium, monitor = sql.Identifier(settings.debezium_role), sql.Identifier(settings.monitor_role)
     seq_literal = sql.Literal(f"{_quote_ident(names.outbox_schema)}.{_quote_ident(names.sequence)}")
 
     return [
@@ -147,6 +147,9 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         *_role(settings.writer_role, settings.writer_secret()),
         *_role(settings.relay_role, settings.relay_secret()),
         *_role(settings.debezium_role, settings.debezium_secret()),
+        *_role(settings.monitor_role, settings.monitor_secret()),
+        # Reads every session's and slot's statistics (pg_stat_activity, pg_replication_slots), and nothing else.
+        sql.SQL("GRANT pg_monitor TO {}").format(monitor),
         # Debezium streams through a replication slot; it needs no superuser, only REPLICATION.
         sql.SQL("ALTER ROLE {} REPLICATION").format(sql.Identifier(settings.debezium_role)),
         sql.SQL("REVOKE ALL ON {outbox}, {dead}, {status} FROM PUBLIC").format(outbox=outbox, dead=dead, status=status),
@@ -157,6 +160,8 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(status, relay),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, debezium),
         sql.SQL("GRANT SELECT ON {} TO {}").format(outbox, debezium),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(schema, monitor),
+        sql.SQL("GRANT SELECT ON {}, {}, {} TO {}").format(outbox, dead, status, monitor),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(heartbeat, debezium),
         sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(signal, debezium),
         *[

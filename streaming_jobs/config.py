@@ -32,6 +32,11 @@ class JobsSettings(StageSettings):
         default_factory=lambda: default_home() / "lib" / "spark",
         description="folder of the Kafka source and Delta jars (installed by `make install`)",
     )
+    spark_class_archive: Path | None = Field(
+        default_factory=lambda: default_home() / "lib" / "spark-driver.jsa",
+        description="the JVM class-data archive of a Spark driver (`make install` writes it): a driver maps Spark's "
+        "classes from it instead of loading each one (bench/driver_start.py measures it); none there, none used",
+    )
     spark_driver_memory: str = Field("2g", description="driver JVM heap")
     spark_java_options: str = Field(
         "",
@@ -86,6 +91,14 @@ class JobsSettings(StageSettings):
         None,
         description="the captured tables' Postgres, read-only catalog access: tells a renamed column from a dropped "
         "and added one (table kinds), its password from PGPASSFILE",
+    )
+    metrics: bool = Field(
+        True, description="a streaming job's driver serves Prometheus metrics on 127.0.0.1 (a free port: see the next)"
+    )
+    metrics_targets_dir: Path | None = Field(
+        None,
+        description="folder where a running job's driver writes its Prometheus target (file-based discovery); "
+        "`stack env` names the stack Prometheus's",
     )
     run_dir: Path = Field(
         default_factory=lambda: default_home() / "run" / "jobs",

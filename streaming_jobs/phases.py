@@ -20,6 +20,9 @@ class Phases:
         self.began = time.time()
         self.seconds: dict[str, float] = {}
         self.write_span: tuple[float, float] | None = None  # epoch seconds: the job's table write and commit
+        # Epoch seconds of each valid record's source: a table change's commit (`source.ts_ms`), an event's Kafka
+        # timestamp. Against the commit, the end-to-end latency (streaming_jobs.run.metrics).
+        self.source_times: list[float] = []
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:

@@ -6,6 +6,7 @@ import os
 import sys
 from pathlib import Path
 
+from delta.tables import DeltaTable
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
@@ -64,14 +65,19 @@ def session_conf(settings: JobsSettings, app_name: str) -> dict[str, str]:
         # The executors get it from their worker, in the environment: never on a command line.
         cluster["spark.authenticate"] = "true"
         cluster["spark.authenticate.secret"] = _read_secret(settings.spark_authenticate_secret_file)
-    java = (
-        {
-            "spark.driver.extraJavaOptions": settings.spark_java_options,
-            "spark.executor.extraJavaOptions": settings.spark_java_options,
-        }
-        if settings.spark_java_options
-        else {}
+    archive = settings.spark_class_archive
+    # The driver's classpath is the archive's (the same pyspark): an executor's is not, so only the driver maps it.
+    driver = " ".join(
+        o
+        for o in (
+            settings.spark_java_options,
+            f"-XX:SharedArchiveFile={archive}" if archive and archive.is_file() else "",
+        )
+        if o
     )
+    java = {"spark.driver.extraJavaOptions": driver} if driver else {}
+    if settings.spark_java_options:
+        java["spark.executor.extraJavaOptions"] = settings.spark_java_options
     return (
         cluster
         | java
@@ -131,6 +137,25 @@ def _read_secret(path: Path) -> str:
             f"CDCPIPE_SPARK_AUTHENTICATE_SECRET_FILE={path}: cannot read it ({exc.strerror}); point it at the "
             "cluster's secret file (the local stack's: `cdcpipe stack env`)"
         ) from exc
+
+
+def write_class_archive(settings: JobsSettings, lake: Path) -> int:
+    """Run what a job's driver runs at its start, in a driver started with `-XX:ArchiveClassesAtExit`; its JVM pid.
+
+    The JVM writes every class it loaded from its classpath (Spark's, Hadoop's, Scala's: the jars of pyspark) into
+    the archive as it exits, which is after this process ends: wait for the pid. `make install` calls this once
+    per pyspark and Java (infra/install.py); the archive option comes from CDCPIPE_SPARK_JAVA_OPTIONS.
+    """
+    spark = build_spark_session(settings, app_name="cdcpipe-class-archive")
+    table = str(lake / "t")
+    counts = spark.range(1000).selectExpr("id % 7 AS k", "id", "current_timestamp() AS ts").groupBy("k").count()
+    counts.write.format("delta").mode("overwrite").save(table)
+    target = DeltaTable.forPath(spark, table)
+    target.alias("t").merge(counts.alias("s"), "t.k = s.k").whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()
+    spark.read.format("delta").load(table).where("k > 2").collect()
+    pid: int = spark._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+    spark.stop()
+    return pid
 
 
 def build_spark_session(settings: JobsSettings | None = None, app_name: str = "cdcpipe") -> SparkSession:

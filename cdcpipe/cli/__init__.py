@@ -10,7 +10,7 @@ import sys
 
 import typer
 
-from cdcpipe.cli import connectors, jobs, relay, schema, stack, tables, topics
+from cdcpipe.cli import connectors, jobs, relay, schema, stack, status, tables, topics
 from cdcpipe.common.errors import CdcpipeError
 
 app = typer.Typer(
@@ -22,6 +22,9 @@ app = typer.Typer(
 
 for group in (stack, schema, topics, relay, connectors, jobs, tables):
     app.add_typer(group.app, name=group.__name__.rsplit(".", 1)[1])
+
+
+app.command("status")(status.status)
 
 
 @app.command("demo")

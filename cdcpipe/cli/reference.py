@@ -17,6 +17,7 @@ from cdcpipe.common.kafka_client import KafkaSettings
 from cdcpipe.common.settings import ENV_PREFIX, StageSettings
 from connectors.config import ConnectSettings
 from infra.config import StackSettings
+from monitor.config import MonitorSettings
 from outbox_relay.config import RelaySettings
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.topics import TopicSettings
@@ -37,6 +38,7 @@ MODELS: tuple[type[StageSettings], ...] = (
     JobsSettings,
     ObjectStoreSettings,
     CaptureSettings,
+    MonitorSettings,
 )
 
 

@@ -22,7 +22,14 @@ WRITER_ROLE, RELAY_ROLE = "cdcpipe_writer", "cdcpipe_relay"
 # The jobs' role: it only connects, to hold the tables' writer leases (advisory locks need no privilege).
 # The stack makes it itself; a production database gives the jobs any role that may connect.
 JOBS_ROLE = "cdcpipe_jobs"
-ROLE_SECRETS = {WRITER_ROLE: "pg_writer_password", RELAY_ROLE: "pg_relay_password", JOBS_ROLE: "pg_jobs_password"}
+# The monitor role: the collector's and `cdcpipe status`'s (pg_monitor, SELECT on the outbox tables).
+MONITOR_ROLE = "cdcpipe_monitor"
+ROLE_SECRETS = {
+    WRITER_ROLE: "pg_writer_password",
+    RELAY_ROLE: "pg_relay_password",
+    JOBS_ROLE: "pg_jobs_password",
+    MONITOR_ROLE: "pg_monitor_password",
+}
 
 
 # Kafka 4 and the Connect runtime log through log4j2; everything goes to stdout, which the stack

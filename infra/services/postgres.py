@@ -16,7 +16,7 @@ from psycopg import sql
 from cdcpipe.common.private_files import write_private
 from cdcpipe.common.scram import scram_verifier
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
-from infra.services.base import JOBS_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
+from infra.services.base import JOBS_ROLE, MONITOR_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
 from infra.stack_secrets import secret, secret_file
 
 
@@ -159,12 +159,15 @@ class Postgres(Service):
             ).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.settings.pg_database)))
-            # The jobs' lease role (streaming_jobs.lake.lease): it logs in and does nothing else.
-            role = sql.Identifier(JOBS_ROLE)
-            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (JOBS_ROLE,)).fetchone():
-                conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
-            verifier = scram_verifier(secret(self.settings, ROLE_SECRETS[JOBS_ROLE]))
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(verifier)))
+            # The jobs' lease role (streaming_jobs.lake.lease): it logs in and does nothing else. The monitor role
+            # (the collector's, `cdcpipe status`'s) reads statistics: pg_monitor; `schema apply` adds the outbox.
+            for name in (JOBS_ROLE, MONITOR_ROLE):
+                role = sql.Identifier(name)
+                if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone():
+                    conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+                verifier = scram_verifier(secret(self.settings, ROLE_SECRETS[name]))
+                conn.execute(sql.SQL("ALTER ROLE {} LOGIN PASSWORD {}").format(role, sql.Literal(verifier)))
+            conn.execute(sql.SQL("GRANT pg_monitor TO {}").format(sql.Identifier(MONITOR_ROLE)))
 
     def _superuser_dsn(self, database: str) -> str:
         password = self.password_file.read_text().strip()

@@ -157,6 +157,11 @@ class JobSpec(BaseModel):
         unit = {"ms": "milliseconds", "s": "seconds", "min": "minutes"}[match[2]]
         return f"{match[1]} {unit}"
 
+    def processing_seconds(self, trigger: str | None = None) -> float:
+        """A `1s`-style trigger in seconds."""
+        amount, unit = self.processing_time(trigger).split()
+        return int(amount) * {"milliseconds": 0.001, "seconds": 1.0, "minutes": 60.0}[unit]
+
     @property
     def folder(self) -> Path | None:
         """The folder of the job file it was read from (None when made in code)."""

@@ -99,6 +99,11 @@ class BatchContext:
     contract: TableContract | None = None
     # The batch's valid records (position, event id), brought to the driver once with its dead-letter count.
     records: list[Record] | None = None
+    # The table kinds: whether the batch's valid changes hold snapshot reads (`_op = 'r'`) and values Debezium
+    # left out (TOAST), seen with `records`; None when not known. A sink skips the work of what is absent: a
+    # flag stays true of any part of the batch (a poison piece), since a part holds no more than the whole.
+    has_reads: bool | None = None
+    has_unsent: bool | None = None
     phases: Phases | None = None  # where the batch's time goes (a streaming job's batches)
     # A reduced range's records dropped as superseded (RECORD_COLUMNS): their ids are the table's too.
     superseded: DataFrame | None = None

@@ -28,6 +28,7 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import KafkaPositions
 from streaming_jobs.once import sources
 from streaming_jobs.once.checkpoints import committed_offsets, read_progress
+from streaming_jobs.run.metrics import stale_targets
 
 
 def tracked(settings: JobsSettings, name: str) -> TrackedProcess:
@@ -83,8 +84,14 @@ def paused(settings: JobsSettings, name: str) -> Iterator[bool]:
 
 
 def stop(settings: JobsSettings, name: str, timeout_s: float = 180) -> bool:
-    """SIGTERM: the micro-batch in flight finishes, then the job exits. False if it was not running."""
-    return tracked(settings, name).stop(timeout_s=timeout_s)
+    """SIGTERM: the micro-batch in flight finishes, then the job exits. False if it was not running.
+
+    Its Prometheus target goes with it: the driver removes it as it exits, and this removes every target whose
+    driver is gone (killed, it could not).
+    """
+    was_running = tracked(settings, name).stop(timeout_s=timeout_s)
+    stale_targets(settings.metrics_targets_dir)
+    return was_running
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
 from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
+from streaming_jobs.run.metrics import JobMetrics
 from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.spark_session import build_spark_session
 
@@ -78,6 +79,11 @@ def run(
     event_ids = EventIds(lookback) if lookback else None
     last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
     compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
+    chosen = trigger or spec.trigger
+    metrics = JobMetrics(spec, None if chosen == "available-now" else spec.processing_seconds(chosen))
+    if settings.metrics:
+        port = metrics.start(settings.metrics_targets_dir)
+        print(f"job {spec.name}: metrics on http://127.0.0.1:{port}/metrics", flush=True)
 
     def each_batch(records: DataFrame, batch_id: int) -> None:
         # The batch's own session, not `spark`: a streaming query runs in a clone of the session, and the
@@ -100,6 +106,8 @@ def run(
         counts["dead_letters"] += dead
         if ctx.phases:
             last_batch.update(ctx.phases.record())
+            if done or dead:
+                metrics.after_batch(ctx.phases, done, dead)
         compactor.after_batch(batch_id)
 
     reader = (
@@ -123,12 +131,12 @@ def run(
     if classified:
         stream = outbox_events.classify(stream, registry)
     writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(checkpoint))
-    chosen = trigger or spec.trigger
     if chosen == "available-now":
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=spec.processing_time(chosen))
     query = writer.queryName(spec.name).start()
+    written: tuple[object, ...] = ()
     try:
         while True:
             try:
@@ -140,7 +148,13 @@ def run(
                         query.stop()
                         break
                     query.awaitTermination(1)
-                    write_progress(checkpoint, query.lastProgress, counts, running=True, batch=last_batch)
+                    # Written when it changed (a batch ran, or Spark's idle report every 10 s), not every second:
+                    # on an object store each write is a request, for every running job.
+                    seen = _progress_key(query.lastProgress, counts)
+                    if seen != written:
+                        write_progress(checkpoint, query.lastProgress, counts, running=True, batch=last_batch)
+                        metrics.after_progress(_rendered(query.lastProgress))
+                        written = seen
                 query.awaitTermination()  # raises the query's own error, if it died of one
                 break
             except StreamingQueryException as exc:
@@ -158,7 +172,22 @@ def run(
     finally:
         write_progress(checkpoint, query.lastProgress, counts, running=False, batch=last_batch)
         compactor.close()
+        metrics.close()
         spark.stop()
+
+
+def _rendered(progress: Any) -> dict[str, Any] | None:
+    """Spark's progress report as a dict (pyspark 4 hands back an object whose .json is Spark's rendering)."""
+    if progress is None:
+        return None
+    found: dict[str, Any] = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+    return found
+
+
+def _progress_key(progress: Any, counts: dict[str, int]) -> tuple[object, ...]:
+    """What makes a progress report new: Spark's own report (its time and batch), or our counts."""
+    stamp = (getattr(progress, "timestamp", None), getattr(progress, "batchId", None)) if progress else (None, None)
+    return (*stamp, *sorted(counts.items()))
 
 
 def _raise_stop_of_ours(exc: Exception) -> None:

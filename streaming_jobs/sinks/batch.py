@@ -13,6 +13,7 @@ import operator
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import replace
+from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
@@ -20,6 +21,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes
+from streaming_jobs.classify.table_changes import UNAVAILABLE
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import TABLE_KINDS
 from streaming_jobs.lake.lease import ensure_held, table_lock
@@ -87,15 +89,41 @@ def _outside(held: applied.Applied, ranges: Ranges, coordinates: tuple[str, str]
     return ~functools.reduce(operator.or_, inside) if inside else None
 
 
-def _positions(classified: DataFrame) -> tuple[list[Record], int]:
-    """The valid records' (partition, offset, event id) and the count of dead letters: one Spark job.
+class Positions(NamedTuple):
+    """What the batch's one job to the driver brings back (see `_positions`)."""
+
+    valid: list[Record]  # each valid record's (partition, offset, event id)
+    dead: int  # dead letters
+    has_reads: bool | None  # table changes: the BatchContext flags; None for events
+    has_unsent: bool | None
+    source_times: list[float]  # when asked: each valid record's source commit (table) or Kafka time (event)
+
+
+def _positions(classified: DataFrame, timed: bool) -> Positions:
+    """The valid records, the count of dead letters and what the valid table changes hold: one Spark job.
 
     It is the batch's one job to the driver before the write, and it fills the classified batch's cache.
+    `timed`: each valid record's source time too (`Positions.source_times`).
     """
-    table = classified.select(*RECORD_COLUMNS, F.col("error").isNull().alias("valid")).toArrow()
+    changes = UNAVAILABLE in classified.columns
+    flags = [(F.col("_op") == "r").alias("read"), (F.size(UNAVAILABLE) > 0).alias("unsent")] if changes else []
+    source = "_source_ts" if changes else "kafka_timestamp"
+    times = [F.col(source).cast("double").alias("source_time")] if timed else []
+    table = classified.select(*RECORD_COLUMNS, F.col("error").isNull().alias("valid"), *flags, *times).toArrow()
     topic, partition, offset, event_id, ok = (table.column(i).to_pylist() for i in range(5))
     valid = [((t, p), o, e) for t, p, o, e, v in zip(topic, partition, offset, event_id, ok, strict=True) if v]
-    return valid, table.num_rows - len(valid)
+
+    def held(name: str) -> bool | None:
+        if not changes:
+            return None
+        return any(bool(f) and v for f, v in zip(table.column(name).to_pylist(), ok, strict=True))
+
+    source_times = (
+        [t for t, v in zip(table.column("source_time").to_pylist(), ok, strict=True) if v and t is not None]
+        if timed
+        else []
+    )
+    return Positions(valid, table.num_rows - len(valid), held("read"), held("unsent"), source_times)
 
 
 def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame]:
@@ -157,8 +185,10 @@ def handle_batch(
             events = events.cache()
         try:
             with ctx.step("classify.run"):
-                valid_records, dead = _positions(events)
-                ctx = replace(ctx, records=valid_records)
+                valid_records, dead, reads, unsent, source_times = _positions(events, ctx.phases is not None)
+                ctx = replace(ctx, records=valid_records, has_reads=reads, has_unsent=unsent)
+                if ctx.phases is not None:
+                    ctx.phases.source_times = source_times
             if dead:
                 with ctx.step("dead_letters"):
                     write_dead_letters(events, ctx)

@@ -1,7 +1,8 @@
 """The table kinds: a mirror of a captured table (SCD type 1) and its history (SCD type 2), in WAL order.
 
 Both key on the table's primary key (from its row contract) and order a key's changes by their WAL position
-(`source.lsn`, or an incremental snapshot row's: classify.table_changes.position), then Kafka offset. Each writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
+(`source.lsn`, or an incremental snapshot row's: classify.table_changes.position), then Kafka offset. Each
+writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
 whole; and a change never overwrites a newer one (an LSN comparison), so order holds across batches too.
 
 An unchanged TOASTed value (named in `_unavailable`, classify.table_changes) takes the key's value before it:
@@ -33,9 +34,12 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def toastable(contract: TableContract) -> list[str]:
-    """Columns whose unchanged value Debezium may leave out (variable-length text and bytes), unless FULL."""
-    if contract.replica_identity == "full":
+def toastable(contract: TableContract, ctx: BatchContext | None = None) -> list[str]:
+    """Columns whose unchanged value Debezium may leave out (variable-length text and bytes), unless FULL.
+
+    Empty when the batch is known to hold no value left out (`ctx.has_unsent`): then there is nothing to carry.
+    """
+    if contract.replica_identity == "full" or (ctx is not None and ctx.has_unsent is False):
         return []
     return [c for c, t in contract.types.items() if isinstance(spark_type(t), StringType | BinaryType)]
 
@@ -72,7 +76,7 @@ def _kept(column: str, unavailable: list[str]) -> str | Column:
 def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
     """Insert, update and delete rows as the source did, newest change per key winning."""
     keys, columns = list(contract.primary_key), contract.columns
-    unsent = toastable(contract)
+    unsent = toastable(contract, ctx)
     window = Window.partitionBy(*keys).orderBy(F.col("_lsn").desc(), F.col("kafka_offset").desc())
     newest = (
         _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
@@ -150,10 +154,14 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     the new versions carry no merge key, so they never match and are inserted.
     """
     keys, columns = list(contract.primary_key), contract.columns
-    unsent = toastable(contract)
+    unsent = toastable(contract, ctx)
     in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
     valid = _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
-    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)) and not valid.where("_op = 'r'").isEmpty():
+    if (
+        ctx.has_reads is not False
+        and DeltaTable.isDeltaTable(ctx.spark, str(ctx.table))
+        and not valid.where("_op = 'r'").isEmpty()
+    ):
         valid = _without_repeated_reads(valid, ctx, keys, columns)
     ordered = (
         valid.withColumn("_next_ts", F.lead("_source_ts").over(in_order))

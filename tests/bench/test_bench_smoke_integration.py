@@ -2,21 +2,18 @@
 
 Each writes its results into a folder of the test's own (CDCPIPE_BENCH_RESULTS), never over the figures in
 bench/results/. Only that it runs to the end and reports what it measured is checked here: the figures of a
-tiny run on a busy machine say nothing. `bench/chaos.py` has its own short run (test_chaos_integration).
+tiny run on a busy machine say nothing. `bench/chaos.py` has its own short run (test_chaos_integration); the
+benches that restart the stack run in tests/infra/test_stack_lifecycle.py, within its one down/up cycle.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.support.bench import BENCH
-from tests.support.stack import Stack, cdcpipe
+from tests.support.bench import results, run_bench
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +56,7 @@ ON_A_RUNNING_STACK = [
         "snapshot.json",
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
+    ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
     # Each variant is a driver of its own (about 30 s).
     (
         "batch_bench",
@@ -76,23 +74,6 @@ ON_A_RUNNING_STACK = [
         ["local"],
     ),
 ]
-
-
-def run_bench(stack: Stack, tmp_path: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-    result = subprocess.run(
-        [sys.executable, str(BENCH / f"{name}.py"), *args],
-        env={**stack.process_env(), "CDCPIPE_BENCH_RESULTS": str(tmp_path), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-
-
-def results(tmp_path: Path, file: str) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((tmp_path / file).read_text())
-    return found
 
 
 @pytest.mark.parametrize(
@@ -121,45 +102,3 @@ def test_a_bench_runs_and_reports(
         assert {"event_log", "floor"} <= set(report["local"]["medians"]), report["local"]["medians"]
         assert report["local"]["medians"]["event_log_p50_over_floor_p50"] > 0
         assert report["local"]["runs"][0]["event_log"]["cycle_ms_median"], "no cycle split for the event log"
-
-
-@pytest.mark.stack_lifecycle
-@pytest.mark.timeout(1200)
-def test_the_benches_that_restart_the_stack_run_and_report(stack: Stack, tmp_path: Path) -> None:
-    """stack_startup cycles the stack; tls_bench needs Kafka's opt-in plaintext listener: both restart it."""
-    if not stack.started_here:
-        pytest.skip("these benches stop and start the stack: only a stack this session started")
-    plaintext = {"CDCPIPE_KAFKA_PLAINTEXT_PORT": "9094"}
-    try:
-        assert cdcpipe("stack", "down").returncode == 0
-        run_bench(stack, tmp_path, "stack_startup", ["--runs", "1", "--idle-seconds", "1"])
-        assert results(tmp_path, "stack_startup.json")
-        assert cdcpipe("stack", "down").returncode == 0
-        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env={**stack.process_env(), **plaintext})
-        assert up.returncode == 0, up.stderr
-        output = tmp_path / "tls.json"
-        run_bench(
-            stack,
-            tmp_path,
-            "tls_bench",
-            [
-                "--events",
-                "2000",
-                "--rounds",
-                "1",
-                "--rate",
-                "200",
-                "--seconds",
-                "2",
-                "--warmup",
-                "1",
-                "--output",
-                str(output),
-            ],
-            env=plaintext,
-        )
-        assert results(tmp_path, "tls.json")
-    finally:
-        cdcpipe("stack", "down")
-        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2")  # as the session had it
-    assert up.returncode == 0, up.stderr

@@ -171,12 +171,12 @@ def test_up_twice_leaves_one_of_each(stack: Stack) -> None:
     }
     again = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=stack.process_env())
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already running") == 7, again.stdout
+    assert again.stdout.count("already running") == 9, again.stdout
     after = {
         r["service"]: r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=stack.process_env()).stdout)
     }
     assert after == before
-    assert len(after) == 7
+    assert len(after) == 9
 
 
 def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> None:
@@ -184,7 +184,7 @@ def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> No
     assert result.returncode == 0, result.stdout
     rows = {row["service"]: row for row in json.loads(result.stdout)}
     workers = {name for name in rows if name.startswith("spark-worker")}
-    assert set(rows) - workers == {"postgres", "kafka", "connect", "s3", "spark-master"}
+    assert set(rows) - workers == {"postgres", "kafka", "connect", "s3", "prometheus", "collector", "spark-master"}
     # The suite's stack runs two workers (`--workers 2`): the first keeps its name, the second is numbered.
     assert workers == {"spark-worker", "spark-worker-2"}
     for row in rows.values():

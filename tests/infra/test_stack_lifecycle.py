@@ -1,4 +1,8 @@
-"""`stack down` stops every process of ours; `stack up` after it finds the data where it was."""
+"""`stack down` stops every process of ours; `stack up` after it finds the data where it was.
+
+The benches that restart the stack (stack_startup cycles it; tls_bench needs Kafka's opt-in plaintext listener)
+run inside the same down/up cycle: one cycle of the suite's stack, not two.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from deltalake import DeltaTable, write_deltalake
 
+from tests.support.bench import results, run_bench
 from tests.support.stack import Stack, cdcpipe
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
@@ -37,7 +42,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) -> None:
+@pytest.mark.timeout(1200)
+def test_down_stops_everything_the_restart_benches_run_and_up_reuses_the_data(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
     if not stack.started_here:
         pytest.skip("the stack was not started by this test session; it is not ours to stop")
     env = stack.process_env()
@@ -51,18 +59,32 @@ def test_down_stops_everything_and_up_reuses_the_data(stack: Stack, topic: str) 
     producer.produce(topic, key="k", value="survives a restart")
     assert producer.flush(30) == 0
     pids = [r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=env).stdout)]
+    plaintext = {"CDCPIPE_KAFKA_PLAINTEXT_PORT": "9094"}
+    try:
+        down = cdcpipe("stack", "down", env=env)
+        assert down.returncode == 0, down.stderr
+        assert processes_mentioning(str(stack.home)) == []
+        assert [pid for pid in pids if alive(pid)] == []
+        status = cdcpipe("stack", "status", "--json", env=env)
+        assert status.returncode == 1
+        assert all(row["pid"] is None for row in json.loads(status.stdout))
 
-    down = cdcpipe("stack", "down", env=env)
-    assert down.returncode == 0, down.stderr
-    assert processes_mentioning(str(stack.home)) == []
-    assert [pid for pid in pids if alive(pid)] == []
-    status = cdcpipe("stack", "status", "--json", env=env)
-    assert status.returncode == 1
-    assert all(row["pid"] is None for row in json.loads(status.stdout))
-
-    up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=env)
+        run_bench(stack, tmp_path, "stack_startup", ["--runs", "1", "--idle-seconds", "1"])
+        assert results(tmp_path, "stack_startup.json")
+        assert cdcpipe("stack", "down", env=env).returncode == 0
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env={**env, **plaintext})
+        assert up.returncode == 0, up.stderr
+        output = tmp_path / "tls.json"
+        tls = ["--events", "2000", "--rounds", "1", "--rate", "200", "--seconds", "2", "--warmup", "1"]
+        run_bench(stack, tmp_path, "tls_bench", [*tls, "--output", str(output)], env=plaintext)
+        assert results(tmp_path, "tls.json")
+    finally:
+        cdcpipe("stack", "down", env=env)
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=env)  # as the session had it
     assert up.returncode == 0, up.stderr
-    assert up.stdout.count("healthy after") == 7  # postgres, kafka, connect, s3, the master, two workers
+    assert (
+        up.stdout.count("healthy after") == 9
+    )  # postgres, kafka, connect, s3, prometheus, the collector, the master, two workers
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"]) as conn:
         notes = [row[0] for row in conn.execute("SELECT note FROM lifecycle_marker")]
     assert topic in notes

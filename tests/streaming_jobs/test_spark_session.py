@@ -104,3 +104,23 @@ def test_a_lake_url_other_than_s3a_is_refused_not_taken_for_a_relative_folder(
     with pytest.raises(ConfigError, match="s3a://"):
         JobsSettings.load()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_driver_maps_the_class_archive_when_there_is_one_and_executors_never(tmp_path: Path) -> None:
+    folder = jars_folder(tmp_path, JAR_NAMES)
+    archive = tmp_path / "spark-driver.jsa"
+
+    def java(options: str = "") -> tuple[str | None, str | None]:
+        settings = JobsSettings.load(
+            spark_jars_dir=folder, lake=tmp_path / "lake", spark_class_archive=archive, spark_java_options=options
+        )
+        conf = session_conf(settings, "t")
+        return conf.get("spark.driver.extraJavaOptions"), conf.get("spark.executor.extraJavaOptions")
+
+    assert java() == (None, None), "no archive written: none named"
+    archive.write_bytes(b"")
+    assert java() == (f"-XX:SharedArchiveFile={archive}", None)
+    assert java("-XX:TieredStopAtLevel=1") == (
+        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}",
+        "-XX:TieredStopAtLevel=1",
+    )

@@ -1,11 +1,16 @@
-"""The benchmarks are scripts, not a package: their tests load them by path."""
+"""The benchmarks are scripts, not a package: their tests load them by path, or run them as a user would."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+from tests.support.stack import Stack
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -21,3 +26,22 @@ def load_bench_module(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def run_bench(stack: Stack, tmp_path: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
+    """Run bench/<name>.py to its end, its results into tmp_path (CDCPIPE_BENCH_RESULTS)."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), *args],
+        env={**stack.process_env(), "CDCPIPE_BENCH_RESULTS": str(tmp_path), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def results(tmp_path: Path, file: str) -> dict[str, Any]:
+    """The JSON a bench wrote into tmp_path."""
+    found: dict[str, Any] = json.loads((tmp_path / file).read_text())
+    return found

@@ -104,6 +104,7 @@ def outbox(stack: Stack) -> Iterator[Outbox]:
         writer_password_file=Path(stack.env["CDCPIPE_WRITER_PASSWORD_FILE"]),
         relay_password_file=Path(stack.env["CDCPIPE_RELAY_PASSWORD_FILE"]),
         debezium_password_file=Path(stack.env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"]),
+        monitor_password_file=Path(stack.env["CDCPIPE_MONITOR_PASSWORD_FILE"]),
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, names, settings)

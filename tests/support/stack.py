@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from cdcpipe.common.kafka_client import KafkaSettings
@@ -138,6 +139,21 @@ class Stack:
         auth = self.connect_settings().basic_auth()
         assert auth is not None
         return auth
+
+    def prometheus(self, query: str) -> list[dict[str, Any]]:
+        """The stack's Prometheus's answer to an instant PromQL query: its result vector."""
+        response = httpx.get(f"{self.env['CDCPIPE_PROMETHEUS_URL']}/api/v1/query", params={"query": query}, timeout=10)
+        response.raise_for_status()
+        body: dict[str, Any] = response.json()
+        assert body["status"] == "success", body
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+    def prometheus_value(self, query: str) -> float | None:
+        """The one value an instant query gives (None: no series)."""
+        found = self.prometheus(query)
+        assert len(found) <= 1, found
+        return float(found[0]["value"][1]) if found else None
 
     def s3_options(self, **changes: str) -> dict[str, str]:
         """delta-rs's storage options for the stack's object store, as `stack env` exports them."""

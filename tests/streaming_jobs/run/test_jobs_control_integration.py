@@ -52,10 +52,26 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         listed = cdcpipe("jobs", "list", env=env).stdout
         assert f"{name}" in listed
         assert "running" in listed
+        # Its driver's metrics, found by the stack's Prometheus through the target file the driver wrote.
+        target = Path(env["CDCPIPE_METRICS_TARGETS_DIR"]) / f"job-{name}.json"
+        assert target.is_file()
+        wait_until(
+            lambda: stack.prometheus_value(f'cdcpipe_job_rows_applied_total{{job="{name}"}}') == 20,
+            60,
+            "Prometheus to scrape the job's 20 applied rows",
+        )
+        assert stack.prometheus_value(f'up{{job="{name}", kind="latest_state"}}') == 1
+        assert stack.prometheus_value(f'cdcpipe_job_end_to_end_latency_seconds_count{{job="{name}"}}') == 20
+        latency = stack.prometheus_value(f'cdcpipe_job_end_to_end_latency_seconds_sum{{job="{name}"}}')
+        assert latency is not None
+        assert 0 < latency / 20 < 120, "seconds from each event's Kafka timestamp to its Delta commit"
+        assert stack.prometheus_value(f'sum(cdcpipe_job_kafka_lag_records{{job="{name}"}})') == 0
+        assert (stack.prometheus_value(f'cdcpipe_job_last_commit_timestamp_seconds{{job="{name}"}}') or 0) > 0
     finally:
         stopped = cdcpipe("jobs", "stop", name, env=env)
     assert f"{name}: stopped" in stopped.stdout
     assert status(name, env)["running"] is False
+    assert not target.exists(), "a stopped job's target file goes with it"
     log = (tmp_path / "run" / f"{name}.log").read_text()
     assert "Traceback" not in log, log[-3000:]
 

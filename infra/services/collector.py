@@ -1,0 +1,71 @@
+"""The collector (monitor/collector.py): Connect, Postgres and the jobs' drivers as metrics, for the stack's Prometheus.
+
+It is cdcpipe's own Python, started from the virtual environment that runs `stack up`. It holds only what it
+reads with: the monitor role's password (a pgpass of its own, that one line) and Connect's REST login file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+from cdcpipe.common.private_files import write_private
+from infra.errors import ServiceNotReadyError
+from infra.services.base import MONITOR_ROLE, ROLE_SECRETS, PortSpec, Service
+from infra.services.connect import REST_USER
+from infra.services.postgres import Postgres
+from infra.services.prometheus import collector_port
+from infra.stack_secrets import secret, secret_file
+
+# What the collector reads of the caller's environment: where the outbox and the jobs are, and a settings file.
+PASSED_ON = ("PATH", "LANG", "LC_ALL", "TZ", "CDCPIPE_CONFIG")
+PASSED_ON_PREFIXES = ("CDCPIPE_OUTBOX_", "CDCPIPE_RUN_DIR")
+
+
+class Collector(Service):
+    """`python -m monitor.collector` on 127.0.0.1, the port after Prometheus's."""
+
+    name = "collector"
+
+    @property
+    def ports(self) -> list[PortSpec]:
+        return [PortSpec(collector_port(self.settings), "CDCPIPE_PROMETHEUS_PORT (the collector takes the next)")]
+
+    @property
+    def passfile(self) -> Path:
+        return self.settings.state / "secrets" / "monitor.pgpass"
+
+    def prepare(self) -> None:
+        password = secret(self.settings, ROLE_SECRETS[MONITOR_ROLE])
+        write_private(self.passfile, f"127.0.0.1:*:*:{MONITOR_ROLE}:{password}\n")
+
+    def environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in PASSED_ON or k.startswith(PASSED_ON_PREFIXES)}
+        env.update(
+            {
+                "CDCPIPE_HOME": str(self.settings.home),
+                "CDCPIPE_MONITOR_PG_DSN": Postgres(self.settings).dsn(role=MONITOR_ROLE),
+                "PGPASSFILE": str(self.passfile),
+                "CDCPIPE_CONNECT_URL": self.settings.connect_url,
+                "CDCPIPE_CONNECT_USER": REST_USER,
+                "CDCPIPE_CONNECT_PASSWORD_FILE": str(secret_file(self.settings, "connect_rest_password")),
+                "CDCPIPE_COLLECTOR_PORT": str(collector_port(self.settings)),
+                "CDCPIPE_METRICS_TARGETS_DIR": str(self.settings.metrics_targets),
+            }
+        )
+        return env
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "monitor.collector"]
+
+    def check_health(self) -> None:
+        url = f"http://127.0.0.1:{collector_port(self.settings)}/metrics"
+        try:
+            response = httpx.get(url, timeout=10)
+        except httpx.HTTPError as exc:
+            raise ServiceNotReadyError(f"collector: not answering on {url} yet") from exc
+        if "cdcpipe_collector_source_up" not in response.text:
+            raise ServiceNotReadyError(f"collector: {url} answered without the collector's metrics")

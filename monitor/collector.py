@@ -1,0 +1,188 @@
+"""The collector: Kafka Connect, Postgres and the jobs' drivers as Prometheus metrics, read at each scrape.
+
+    python -m monitor.collector        (the stack starts it; `cdcpipe monitor serve` is the same)
+
+Why Connect's REST API and not a JMX agent in the Connect and Kafka JVMs: the state of each connector and task,
+and a failed task's trace, are what an operator acts on, and REST gives them as Connect itself reports them, from
+one request, with nothing added to those JVMs (their start and their CPU on a 2-core machine). What REST does not
+give, Debezium's own lag behind the source, Postgres gives here instead: each slot's retained WAL is how far the
+connector is behind, in bytes.
+
+Nothing is cached: each scrape reads every part once (a few milliseconds each), so a value is never older than
+the scrape interval. A part that cannot be read gives `cdcpipe_collector_source_up{source} 0` and its error in
+the collector's log; the other parts are still reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cdcpipe.common.metrics import serve
+from connectors.config import ConnectSettings
+from connectors.slots import SlotStatus
+from monitor import readings
+from monitor.config import MonitorSettings
+from monitor.errors import MonitorError
+from outbox_relay.redrive import RelayStatus
+from schemas.config import OutboxNames
+from streaming_jobs.config import JobsSettings
+from streaming_jobs.run.metrics import stale_targets
+
+log = logging.getLogger(__name__)
+STATES = ("RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED", "RESTARTING")
+
+
+class PipelineCollector(Collector):
+    """Reads every part at each scrape (prometheus_client calls `collect`)."""
+
+    def __init__(self, settings: MonitorSettings, connect: ConnectSettings, names: OutboxNames, jobs: JobsSettings):
+        self.settings, self.connect, self.names, self.jobs = settings, connect, names, jobs
+        self._said: dict[str, str | None] = {}  # each part's last error, logged once, not at every scrape
+
+    def _postgres(self) -> tuple[list[SlotStatus], readings.Reading[RelayStatus]]:
+        """The slots, and the outbox apart (it may not exist yet, or the monitor role not read it yet)."""
+        with readings.connect(self.settings) as conn:
+            return readings.slots(conn), readings.read(lambda: readings.outbox(conn, self.names))
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("cdcpipe_collector_source_up", "1 when the part answered this scrape", labels=["source"])
+        took = GaugeMetricFamily(
+            "cdcpipe_collector_source_read_seconds", "how long reading the part took", labels=["source"]
+        )
+
+        def answered(source: str, reading: readings.Reading[Any]) -> None:
+            up.add_metric([source], 0 if reading.error else 1)
+            took.add_metric([source], reading.seconds)
+            if reading.error != self._said.get(source):
+                if reading.error:
+                    log.warning("collector: %s did not answer: %s", source, reading.error)
+                elif source in self._said:
+                    log.info("collector: %s answers again", source)
+                self._said[source] = reading.error
+
+        found = readings.read(lambda: readings.connectors(self.connect, self.settings.monitor_timeout_s))
+        answered("connect", found)
+        yield from _connector_metrics(found.value or [])
+
+        pg = readings.read(self._postgres)
+        answered("postgres", pg)
+        if pg.value is not None:
+            slots, relay = pg.value
+            yield from _slot_metrics(slots)
+            answered("outbox", relay)
+            if relay.value is not None:
+                yield from _outbox_metrics(relay.value, f"{self.names.outbox_schema}.{self.names.outbox_table}")
+
+        def drivers() -> list[readings.Driver]:
+            stale_targets(self.jobs.metrics_targets_dir)  # a killed driver's target: Prometheus stops asking it
+            return readings.drivers(self.jobs)
+
+        jobs = readings.read(drivers)
+        answered("jobs", jobs)
+        running = GaugeMetricFamily(
+            "cdcpipe_job_driver_running",
+            "1 while the driver of a job submitted on this machine (and not stopped) runs; 0: it died",
+            labels=["job"],
+        )
+        for driver in jobs.value or []:
+            running.add_metric([driver.name], 0 if driver.pid is None else 1)
+        yield running
+        yield up
+        yield took
+
+
+def _connector_metrics(found: list[readings.Connector]) -> Iterator[Metric]:
+    connector = GaugeMetricFamily(
+        "cdcpipe_connect_connector_state", "1 for the connector's current state", labels=["connector", "state"]
+    )
+    task = GaugeMetricFamily(
+        "cdcpipe_connect_task_state", "1 for the task's current state", labels=["connector", "task", "state"]
+    )
+    for c in found:
+        for state in STATES:
+            connector.add_metric([c.name, state], 1 if c.state == state else 0)
+        for t in c.tasks:
+            for state in STATES:
+                task.add_metric([c.name, str(t.id), state], 1 if t.state == state else 0)
+    yield connector
+    yield task
+
+
+def _slot_metrics(found: list[SlotStatus]) -> Iterator[Metric]:
+    active = GaugeMetricFamily(
+        "cdcpipe_pg_replication_slot_active", "1 while a reader (a connector's task) holds the slot", labels=["slot"]
+    )
+    retained = GaugeMetricFamily(
+        "cdcpipe_pg_replication_slot_retained_wal_bytes",
+        "WAL Postgres keeps for the slot (current WAL position minus its restart_lsn): how far its reader is behind",
+        labels=["slot"],
+    )
+    for s in found:
+        active.add_metric([s.name], 1 if s.active else 0)
+        retained.add_metric([s.name], s.retained_wal_bytes)
+    yield active
+    yield retained
+
+
+def _outbox_metrics(status: RelayStatus, outbox: str) -> Iterator[Metric]:
+    def gauge(name: str, text: str, value: float) -> Metric:
+        family = GaugeMetricFamily(name, text, labels=["outbox"])
+        family.add_metric([outbox], value)
+        return family
+
+    yield gauge(
+        "cdcpipe_outbox_backlog_events", "events waiting in the outbox (as the relay counts them)", status.waiting
+    )
+    yield gauge(
+        "cdcpipe_outbox_oldest_event_age_seconds", "age of the oldest event waiting in the outbox", status.oldest_age_s
+    )
+    yield gauge("cdcpipe_outbox_dead_letters", "rows in the outbox's dead-letter table", status.dead_letters)
+    yield gauge(
+        "cdcpipe_outbox_relay_leading", "1 while a relay holds the outbox's leader lock", 1 if status.leader else 0
+    )
+    yield gauge(
+        "cdcpipe_outbox_stalled_topics", "topics publishing waits on (missing, or an ACL lacking)", len(status.stalls)
+    )
+
+
+def serve_forever(settings: MonitorSettings) -> None:
+    """Serve /metrics on 127.0.0.1:collector_port until SIGTERM."""
+    registry = CollectorRegistry()
+    registry.register(PipelineCollector(settings, ConnectSettings.load(), OutboxNames.load(), JobsSettings.load()))
+    try:
+        server = serve(registry, settings.collector_port)
+    except OSError as exc:
+        raise MonitorError(
+            f"collector: cannot listen on 127.0.0.1:{settings.collector_port} ({exc.strerror}); set "
+            "CDCPIPE_COLLECTOR_PORT to a free port"
+        ) from exc
+    print(f"collector: metrics on http://127.0.0.1:{settings.collector_port}/metrics", flush=True)
+    done = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: done.set())
+    done.wait()
+    server.shutdown()
+
+
+def main() -> int:
+    """Run the collector (what the stack starts)."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a request per scrape: not a log line each
+    try:
+        serve_forever(MonitorSettings.load())
+    except MonitorError as exc:
+        print(f"error: {exc}", flush=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

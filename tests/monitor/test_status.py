@@ -1,0 +1,86 @@
+"""`cdcpipe status`'s lines from what each part says: the level, the reason, what shows more."""
+
+from __future__ import annotations
+
+from connectors.slots import SlotStatus
+from monitor import status
+from monitor.readings import Connector, Task, read
+from outbox_relay.redrive import RelayStatus, TopicStall
+from schemas.config import OutboxNames
+
+NAMES = OutboxNames()
+
+
+def relay(**changes: object) -> RelayStatus:
+    values: dict[str, object] = {
+        "leader": None,
+        "stalled_topic": None,
+        "stalled_reason": None,
+        "stalled_since": None,
+        "stalls": [],
+        "waiting": 0,
+        "oldest_age_s": 0.0,
+        "dead_letters": 0,
+        "dead_letters_overtaken": 0,
+    }
+    values.update(changes)
+    return RelayStatus(**values)  # type: ignore[arg-type]
+
+
+def test_the_relay_is_ok_leading_fails_when_nobody_publishes_a_backlog_and_warns_of_dead_letters() -> None:
+    [ok] = status._relay(
+        relay(leader="cdcpipe-relay:7 (pid 9)", waiting=2), ["cdcpipe-relay:7", "cdcpipe-relay:8"], NAMES
+    )
+    assert ok.level == status.OK
+    assert "1 standby" in ok.says
+    [down] = status._relay(relay(waiting=5, oldest_age_s=90), [], NAMES)
+    assert (down.level, down.more) == (status.FAIL, "cdcpipe relay run")
+    assert "5 events waiting, the oldest 90s old" in down.says
+    [idle] = status._relay(relay(), [], NAMES)
+    assert idle.level == status.WARN
+    lines = list(status._relay(relay(leader="r", dead_letters=3), ["r"], NAMES))
+    assert [line.level for line in lines] == [status.OK, status.WARN]
+    assert "redrive" in lines[1].more
+
+
+def test_a_stalled_relay_fails_naming_the_topic() -> None:
+    stall = TopicStall(topic="outbox.event.order", reason="no topic", since="now", waiting=4, aggregate_types=["order"])
+    [line] = status._relay(relay(leader="r", stalls=[stall], waiting=4), ["r"], NAMES)
+    assert line.level == status.FAIL
+    assert "STALLED on topic outbox.event.order" in line.says
+
+
+def test_connectors_fail_on_a_failed_task_warn_when_paused_or_behind_and_an_orphan_slot_is_named() -> None:
+    connectors = [
+        Connector("tables", "RUNNING", (Task(0, "FAILED", "ConnectException: publication missing"),), "s_tables"),
+        Connector("outbox", "PAUSED", (Task(0, "PAUSED", None),), "s_outbox"),
+        Connector("behind", "RUNNING", (Task(0, "RUNNING", None),), "s_behind"),
+        Connector("fine", "RUNNING", (Task(0, "RUNNING", None),), "s_fine"),
+    ]
+    slots = [
+        SlotStatus("s_tables", "pgoutput", False, 10, 0),
+        SlotStatus("s_outbox", "pgoutput", False, 10, 0),
+        SlotStatus("s_behind", "pgoutput", True, 5 << 30, 0),
+        SlotStatus("s_fine", "pgoutput", True, 1024, 0),
+        SlotStatus("s_orphan", "pgoutput", False, 2048, 0),
+    ]
+    lines = {line.part: line for line in status._connectors(connectors, slots, 1 << 30, slots_read=True)}
+    assert lines["connector tables"].level == status.FAIL
+    assert "publication missing" in lines["connector tables"].says
+    assert "connectors restart tables" in lines["connector tables"].more
+    assert lines["connector outbox"].level == status.WARN
+    assert lines["connector behind"].level == status.WARN
+    assert "5.0 GiB" in lines["connector behind"].says
+    assert lines["connector fine"].level == status.OK
+    assert lines["slot s_orphan"].level == status.WARN
+    assert status.failed(list(lines.values()))
+    assert not status.failed([lines["connector fine"]])
+
+
+def test_a_part_that_does_not_answer_is_an_error_not_an_exception() -> None:
+    def boom() -> int:
+        raise ConnectionError("refused\nmore")
+
+    reading = read(boom)
+    assert reading.value is None
+    assert reading.error == "ConnectionError: refused"
