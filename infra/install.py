@@ -85,7 +85,7 @@ def run(cmd: list[str], what: str, **kwargs: object) -> None:
 
 
 def system_packages(versions: dict[str, dict[str, str]]) -> None:
-    """Install the Debian packages that are missing (PostgreSQL server, kcat, acl, Prometheus, Java, Maven)."""
+    """Install the Debian packages that are missing (PostgreSQL server, kcat, acl, Prometheus, Chromium, Java, Maven)."""
     pg_major = versions["stack"]["postgres_major"]
     wanted = {
         f"postgresql-{pg_major}": Path(f"/usr/lib/postgresql/{pg_major}/bin/postgres"),
@@ -94,6 +94,8 @@ def system_packages(versions: dict[str, dict[str, str]]) -> None:
         "acl": Path("/usr/bin/setfacl"),
         # The stack's Prometheus, and promtool, which the alert rules' unit tests run.
         "prometheus": Path("/usr/bin/promtool"),
+        # A headless browser: the tests open the stack's status page in it, as a person would.
+        "chromium": Path("/usr/bin/chromium"),
     }
     missing = [pkg for pkg, probe in wanted.items() if not probe.exists()]
     if shutil.which("java") is None:
@@ -136,7 +138,9 @@ def virtualenv(versions: dict[str, dict[str, str]]) -> None:
     started = time.monotonic()
     if not (VENV / "bin" / "python").exists():
         run([sys.executable, "-m", "venv", str(VENV)], "creating the virtual environment")
-    pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q"]
+    # --no-compile: Python compiles what a process imports, once (into __pycache__); compiling all of pyspark up
+    # front took a third of the install.
+    pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-compile"]
     log(f"virtual environment: installing {len(requirements)} pinned packages (pyspark is ~430 MB)")
     constraints = ["-c", str(PYTHON_LOCK)] if PYTHON_LOCK.exists() else []
     run([*pip, *constraints, *requirements], "pip install of the pinned packages")

@@ -15,8 +15,9 @@ from typing import Any
 class Phases:
     """Seconds per named step of one batch, in the order first seen, and when its table write ran."""
 
-    def __init__(self, batch_id: int) -> None:
+    def __init__(self, batch_id: int, *, timed: bool = True) -> None:
         self.batch_id = batch_id
+        self.timed = timed  # whether the batch brings back each record's source time (`source_times`)
         self.began = time.time()
         self.seconds: dict[str, float] = {}
         self.write_span: tuple[float, float] | None = None  # epoch seconds: the job's table write and commit

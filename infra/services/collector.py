@@ -1,7 +1,9 @@
 """The collector (monitor/collector.py): Connect, Postgres and the jobs' drivers as metrics, for the stack's Prometheus.
 
-It is cdcpipe's own Python, started from the virtual environment that runs `stack up`. It holds only what it
-reads with: the monitor role's password (a pgpass of its own, that one line) and Connect's REST login file.
+It is cdcpipe's own Python, started from the virtual environment that runs `stack up`, as the stack's owner,
+like the relay and the jobs (the venv's interpreter may live where no other user can run it: pyenv's under
+/root). Its environment holds only what it reads with, in a folder of its own (0700): the monitor role's password
+(a pgpass of that one line) and Connect's REST password; never the stack's other secrets.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from infra.services.base import MONITOR_ROLE, ROLE_SECRETS, PortSpec, Service
 from infra.services.connect import REST_USER
 from infra.services.postgres import Postgres
 from infra.services.prometheus import collector_port
-from infra.stack_secrets import secret, secret_file
+from infra.stack_secrets import secret
 
 # What the collector reads of the caller's environment: where the outbox and the jobs are, and a settings file.
 PASSED_ON = ("PATH", "LANG", "LC_ALL", "TZ", "CDCPIPE_CONFIG")
@@ -35,12 +37,26 @@ class Collector(Service):
         return [PortSpec(collector_port(self.settings), "CDCPIPE_PROMETHEUS_PORT (the collector takes the next)")]
 
     @property
+    def folder(self) -> Path:
+        return self.settings.state / "collector"
+
+    @property
     def passfile(self) -> Path:
-        return self.settings.state / "secrets" / "monitor.pgpass"
+        return self.folder / "monitor.pgpass"
+
+    @property
+    def connect_password_file(self) -> Path:
+        return self.folder / "connect-rest-password"
+
+    def cwd(self) -> Path:
+        return self.folder
 
     def prepare(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.chmod(0o700)
         password = secret(self.settings, ROLE_SECRETS[MONITOR_ROLE])
         write_private(self.passfile, f"127.0.0.1:*:*:{MONITOR_ROLE}:{password}\n")
+        write_private(self.connect_password_file, secret(self.settings, "connect_rest_password") + "\n")
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in PASSED_ON or k.startswith(PASSED_ON_PREFIXES)}
@@ -51,7 +67,7 @@ class Collector(Service):
                 "PGPASSFILE": str(self.passfile),
                 "CDCPIPE_CONNECT_URL": self.settings.connect_url,
                 "CDCPIPE_CONNECT_USER": REST_USER,
-                "CDCPIPE_CONNECT_PASSWORD_FILE": str(secret_file(self.settings, "connect_rest_password")),
+                "CDCPIPE_CONNECT_PASSWORD_FILE": str(self.connect_password_file),
                 "CDCPIPE_COLLECTOR_PORT": str(collector_port(self.settings)),
                 "CDCPIPE_METRICS_TARGETS_DIR": str(self.settings.metrics_targets),
             }

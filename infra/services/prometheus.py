@@ -83,7 +83,8 @@ class Prometheus(Service):
     def prepare(self) -> None:
         data = self.folder / "data"
         data.mkdir(parents=True, exist_ok=True)
-        # The jobs' drivers write their targets here (as the stack's owner); Prometheus only reads them.
+        data.chmod(0o700)  # what every component reported: Prometheus's alone
+        # The jobs' drivers write their targets here (as the stack's owner); Prometheus only reads them (0755).
         self.settings.metrics_targets.mkdir(parents=True, exist_ok=True)
         (self.folder / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(self.settings), sort_keys=False))
         shutil.copyfile(RULES, self.folder / RULES.name)

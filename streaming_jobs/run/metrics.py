@@ -11,7 +11,6 @@ report): no Spark job and no Kafka request is made for a metric.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -137,8 +136,12 @@ def stale_targets(targets_dir: Path | None) -> list[Path]:
     for path in sorted(targets_dir.glob("job-*.json")):
         pid = target_pid(path)
         if pid is None or not _alive(pid):
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except FileNotFoundError:
+                pass  # another remover was first
+            except PermissionError:
+                continue  # not ours to remove (the collector, which owns the folder, will)
             removed.append(path)
     return removed
 

@@ -99,7 +99,7 @@ def run(
             batch_id,
             event_ids=event_ids,
             topics=topics,
-            phases=Phases(batch_id),
+            phases=Phases(batch_id, timed=settings.metrics),
         )
         done, dead = handle_batch(records, ctx, registry, _batch_ranges(checkpoint, batch_id), classified=classified)
         counts["applied"] += done

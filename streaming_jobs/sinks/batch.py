@@ -185,7 +185,9 @@ def handle_batch(
             events = events.cache()
         try:
             with ctx.step("classify.run"):
-                valid_records, dead, reads, unsent, source_times = _positions(events, ctx.phases is not None)
+                valid_records, dead, reads, unsent, source_times = _positions(
+                    events, ctx.phases is not None and ctx.phases.timed
+                )
                 ctx = replace(ctx, records=valid_records, has_reads=reads, has_unsent=unsent)
                 if ctx.phases is not None:
                     ctx.phases.source_times = source_times

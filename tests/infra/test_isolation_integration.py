@@ -56,8 +56,10 @@ def private_files(stack: Stack) -> dict[str, list[Path]]:
         ],
         SERVICE_USERS["s3"]: [state / "conf" / "s3proxy.properties", state / "s3"],
         SERVICE_USERS["spark"]: [state / "conf" / "spark-defaults.conf", state / "spark" / "work"],
+        SERVICE_USERS["prometheus"]: [state / "prometheus" / "data"],
         "root": [
             state / "tls" / "ca.key",
+            state / "collector",  # the collector runs as the stack's owner: its two passwords, no other
             *sorted((state / "secrets").iterdir()),
             *sorted((state / "kafka-clients").iterdir()),
         ],
@@ -66,7 +68,13 @@ def private_files(stack: Stack) -> dict[str, list[Path]]:
 
 @as_root
 def test_each_service_runs_as_its_own_user_and_reads_no_other_services_secrets(stack: Stack) -> None:
-    services = {"postgres": "postgres", "kafka": "kafka", "connect": "connect", "s3": "s3"}
+    services = {
+        "postgres": "postgres",
+        "kafka": "kafka",
+        "connect": "connect",
+        "s3": "s3",
+        "prometheus": "prometheus",
+    }
     if stack.cluster:
         services |= {"spark-master": "spark", "spark-worker": "spark"}
     owners = {service: pid_owner(stack, service) for service in services}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
+from tests.support.browser import figure, render
 from tests.support.jobs import BALANCES, Event, alive_and, deposit, drain, job_env, jobs_command, opened, send, status
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
@@ -67,6 +69,15 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         assert 0 < latency / 20 < 120, "seconds from each event's Kafka timestamp to its Delta commit"
         assert stack.prometheus_value(f'sum(cdcpipe_job_kafka_lag_records{{job="{name}"}})') == 0
         assert (stack.prometheus_value(f'cdcpipe_job_last_commit_timestamp_seconds{{job="{name}"}}') or 0) > 0
+        # The stack's page, in a real browser: the job's lag drawn from what Prometheus scraped, no script error.
+        dom = render(f"{env['CDCPIPE_PROMETHEUS_URL']}/consoles/cdcpipe.html", tmp_path / "page.png")
+        body = re.search(r"<body[^>]*>", dom)
+        assert body is not None
+        assert "data-drawn=" in body.group(0), body.group(0)
+        assert "data-error" not in body.group(0), body.group(0)
+        assert figure(dom, "lag")["points"] > 0
+        assert name in dom, "the job is in the lag chart's legend"
+        assert (tmp_path / "page.png").stat().st_size > 20_000, "a screenshot of drawn charts"
     finally:
         stopped = cdcpipe("jobs", "stop", name, env=env)
     assert f"{name}: stopped" in stopped.stdout
