@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install lock lint typecheck check test unit demo up down status bench chaos clean docs
+.PHONY: help install install-base class-archive lint typecheck check test unit demo up down status bench chaos clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
@@ -23,17 +23,24 @@ help:
 install:
 	@python3 infra/install.py
 
+# What `make test` needs before lint and types; the Spark driver's class archive (a JVM's work) is built beside them.
+install-base:
+	@python3 infra/install.py --class-archive no
+
+class-archive: install-base
+	@python3 infra/install.py --class-archive only
+
 lock: install
 	@$(PY) -m pip freeze --all --exclude-editable | LC_ALL=C sort > infra/python.lock
 	@echo "wrote infra/python.lock"
 
 # lint-imports keeps the layers ([tool.importlinter] in pyproject.toml): no upward import, no import circle.
-lint: install
+lint: install-base
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
 
-typecheck: install
+typecheck: install-base
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict bench
 
@@ -44,7 +51,8 @@ check: lint typecheck unit
 
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
 # One stack for the whole suite; independent tests in parallel (three workers), then those that restart the stack (tests/suite.py).
-test: install lint typecheck
+test: install-base
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck class-archive
 	$(PY) -m tests.suite $(PYTEST_ARGS)
 
 demo: install

@@ -344,17 +344,27 @@ def main(argv: list[str] | None = None) -> int:
     """Install every missing part; exit 1 with the failing step named."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-system", action="store_true", help="do not check or install Debian packages")
+    parser.add_argument(
+        "--class-archive",
+        choices=("yes", "no", "only"),
+        default="yes",
+        help="the Spark driver's class archive too, not, or only it (`make test` builds it beside lint and types)",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     versions = load_versions()
     try:
+        if args.class_archive == "only":
+            class_archive()
+            return 0
         if not args.skip_system:
             system_packages(versions)
         virtualenv(versions)
         kcat()
         jars(versions)
         transforms(versions)
-        class_archive()
+        if args.class_archive == "yes":
+            class_archive()
     except InstallError as exc:
         print(f"[install] error: {exc}", file=sys.stderr)
         return 1
