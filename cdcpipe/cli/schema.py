@@ -26,7 +26,7 @@ def schema_apply() -> None:
     outbox.apply_with_settings(names, settings)
     typer.echo(
         f"outbox {names.outbox_schema}.{names.outbox_table} ready (dead letters: {names.dead_letter_table}, "
-        f"roles: {settings.writer_role}, {settings.relay_role}, publication: {settings.publication})"
+        f"roles: {settings.writer_role}, {settings.relay_role}, {settings.monitor_role}, publication: {settings.publication})"
     )
 
 

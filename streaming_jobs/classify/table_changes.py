@@ -104,14 +104,17 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
 
 
 def position() -> Column:
-    """Where a change stands in the WAL: its LSN, or for an incremental snapshot's row, the stream's then.
+    """Where a change stands in the WAL: its LSN, or for an incremental snapshot's row, the last commit before it.
 
     Debezium's incremental snapshot (DBLog) drops from a chunk every row changed while the chunk's window was
-    open, and emits the rest when the window closes: each emitted row is the row as of that position, later
-    than every change it reflects and earlier than every change after it. Ordered by this, a snapshot row
-    never overwrites a newer change.
+    open, and emits the rest as it reads the window's closing mark. A row stands where that mark's transaction
+    does: `source.sequence[0]`, the commit before it. Not `sequence[1]` (the mark's own LSN): a transaction that
+    wrote its change before the mark but committed after it is streamed after the row, with an LSN below the
+    mark's, and was ordered before the row it changed (a row it deleted came back; seen in make test, the delete
+    at LSN 32714592 committing after the mark at 32723648). Left: such a transaction that also spans the commit
+    before the mark; only commit order closes that (ordering every change by `sequence`, both parts).
     """
-    sequence = F.get_json_object(F.col("c.source.sequence"), "$[1]").cast(LongType())
+    sequence = F.get_json_object(F.col("c.source.sequence"), "$[0]").cast(LongType())
     return F.coalesce(F.col("c.source.lsn"), sequence)
 
 
