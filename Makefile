@@ -84,6 +84,7 @@ bench: install
 	$(CDCPIPE) stack up
 	$(PY) bench/relay_bench.py
 	$(PY) bench/catch_up_bench.py
+	$(PY) bench/metrics_cost.py
 	$(PY) bench/jobs_bench.py --s3-runs 1
 	$(PY) bench/jobs_bench.py --lakes local --drift-minutes 10
 	$(PY) bench/batch_bench.py

@@ -7,10 +7,12 @@ The benchmarks are scripts run from the checkout (`python bench/<name>.py`); eac
 from __future__ import annotations
 
 import json
+import multiprocessing as mp
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -195,12 +197,13 @@ def at_end(kafka: KafkaSettings, topic: str) -> Consumer:
 
 
 def generate(
-    dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int, report: Any
+    dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int, report: str
 ) -> None:
     """Commit `rate` events per second on schedule; each transaction holds every event that is due.
 
     The worst lag of a commit behind its schedule counts only the transactions from event `measured_from`
-    on: those of the warm-up are not measured.
+    on: those of the warm-up are not measured. The report is written to the file `report` (JSON) as it
+    ends: a file, not a queue, so nothing holds the process at its exit when its parent reads no more.
     """
     total = int(rate * seconds)
     interval = 1e9 / rate
@@ -234,14 +237,56 @@ def generate(
                 worst_lag_ns = max(worst_lag_ns, committed_ns - (start_ns + int((due - 1) * interval)))
             transactions += 1
             sent = due
-    report.put(
-        {
-            "events": sent,
-            "transactions": transactions,
-            "worst_commit_lag_ms": round(worst_lag_ns / 1e6, 1),
-            "commits": commits,
-        }
+    partial = Path(report + ".partial")
+    partial.write_text(
+        json.dumps(
+            {
+                "events": sent,
+                "transactions": transactions,
+                "worst_commit_lag_ms": round(worst_lag_ns / 1e6, 1),
+                "commits": commits,
+            }
+        )
     )
+    partial.replace(report)  # whole or not there
+
+
+class Generator:
+    """`generate` in a process of its own; every wait on it bounded."""
+
+    def __init__(
+        self, dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int = 0
+    ) -> None:
+        self.seconds = seconds
+        self._folder = tempfile.TemporaryDirectory(prefix="cdcpipe-bench-generator-")
+        self._report = Path(self._folder.name) / "report.json"
+        args = (dsn, names, rate, seconds, start_ns, measured_from, str(self._report))
+        self.process = mp.Process(target=generate, args=args)
+        self.process.start()
+
+    def report(self, grace_s: float = 120.0) -> dict[str, Any]:
+        """Its report, once it has committed every event (within its seconds from now and `grace_s`)."""
+        self.process.join(self.seconds + grace_s)
+        try:
+            if self.process.is_alive():
+                self.stop()
+                raise SystemExit(f"the load generator did not finish within {self.seconds + grace_s:.0f} s; stopped it")
+            if not self._report.is_file():
+                raise SystemExit(f"the load generator ended (exit code {self.process.exitcode}) without its report")
+            found: dict[str, Any] = json.loads(self._report.read_text())
+            return found
+        finally:
+            self._folder.cleanup()
+
+    def stop(self) -> None:
+        """End it now, whatever it was doing (a run that failed)."""
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(10)
+        self._folder.cleanup()
 
 
 def process_ticks(pid: int) -> tuple[int, int]:

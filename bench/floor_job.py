@@ -28,7 +28,7 @@ from pyspark.sql.functions import col
 
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.once.checkpoints import write_progress
+from streaming_jobs.once.checkpoints import rendered_progress, write_progress
 from streaming_jobs.phases import Phases
 from streaming_jobs.spark_session import build_spark_session
 
@@ -73,7 +73,7 @@ def main() -> None:
     try:
         while query.isActive and not stop.is_set():
             query.awaitTermination(1)
-            write_progress(checkpoint, query.lastProgress, {}, running=True, batch=last_batch)
+            write_progress(checkpoint, rendered_progress(query.lastProgress), {}, running=True, batch=last_batch)
         while query.status.get("isTriggerActive"):
             time.sleep(0.1)
         query.stop()

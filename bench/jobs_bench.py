@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing as mp
 import os
 import shutil
 import signal
@@ -44,10 +43,10 @@ import pyarrow.parquet as pq
 from common import (
     PARTITIONS,
     RESULTS,
+    Generator,
     create_topic,
     env_kafka,
     fill_topic,
-    generate,
     machine_busy_ticks,
     process_ticks,
     stack_env,
@@ -401,15 +400,8 @@ def _by_minute(batches: dict[int, dict[str, Any]]) -> list[float]:
 
 def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int | None = None) -> dict[str, Any]:
     """Commit `rate` events/s for `seconds` into the outbox, open loop, from its own process; its report."""
-    report: mp.Queue[dict[str, Any]] = mp.Queue()
-    start_ns = start_ns or time.time_ns() + 1_000_000_000
     # measured_from 0: every transaction of this run counts (the warm-up is a run of its own).
-    generator = mp.Process(target=generate, args=(dsn, names, rate, seconds, start_ns, 0, report))
-    generator.start()
-    # Read the report before joining: a child exits only once its queue is flushed into the pipe, and a
-    # report larger than the pipe's buffer would otherwise leave both waiting on each other.
-    result: dict[str, Any] = report.get(timeout=seconds + 120)
-    generator.join(30)
+    result = Generator(dsn, names, rate, seconds, start_ns or time.time_ns() + 1_000_000_000).report()
     result.pop("commits")  # per-transaction times, for the relay bench's second histogram; not wanted here
     return result
 

@@ -28,7 +28,6 @@ import argparse
 import bisect
 import gc
 import json
-import multiprocessing as mp
 import os
 import signal
 import statistics
@@ -45,6 +44,7 @@ from common import (
     EXAMPLES,
     PARTITIONS,
     RESULTS,
+    Generator,
     RssSampler,
     at_end,
     copy_rows,
@@ -52,7 +52,6 @@ from common import (
     create_bench_topics,
     drain,
     free_port,
-    generate,
     machine_busy_s,
     payload,
     process_ticks,
@@ -62,7 +61,7 @@ from common import (
     vacuum,
     wait_leader,
 )
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from hdrh.histogram import HdrHistogram
 from psycopg import sql
@@ -321,14 +320,12 @@ def latency_run(
     total = int(rate * (warmup + seconds))
     warmup_events = int(rate * warmup)
     interval = 1e9 / rate
-    report: mp.Queue[dict[str, Any]] = mp.Queue()
     start_ns = time.time_ns() + 1_000_000_000
     # The first measured event's scheduled time, by the generator's own expression (no event off by a rounding)
     measured_ns = start_ns + int(warmup_events * interval)
-    generator = mp.Process(target=generate, args=(dsn, names, rate, warmup + seconds, start_ns, warmup_events, report))
     sampler = RssSampler(publisher_pid)
     sampler.start()
-    generator.start()
+    generator = Generator(dsn, names, rate, warmup + seconds, start_ns, warmup_events)
     gc.collect()
     gc.freeze()  # the measuring loop should not pause to walk what the bench set up before it
     received = 0
@@ -358,13 +355,14 @@ def latency_run(
             arrivals.append((scheduled, message.timestamp()[1] * 1_000_000, now))
     cpu_after = (cpu_seconds([publisher_pid]), cpu_seconds(backends), time.monotonic())
     if cpu_before is None:
-        raise SystemExit(
-            f"{rate}/s: no measured event arrived within {warmup + seconds + 60:.0f} s; see the relay's log"
-        )
+        generator.stop()
+        sampler.stop()
+        why = where_events_stopped(dsn, names, consumer, topic, publisher_pid, received, warmup_events)
+        consumer.close()
+        raise SystemExit(f"{rate}/s: no measured event arrived within {warmup + seconds + 60:.0f} s: {why}")
     wall = cpu_after[2] - cpu_before[2]
     consumer.close()
-    generated = report.get(timeout=30)  # before the join: the child's exit waits for its report to be read
-    generator.join(30)
+    generated = generator.report(grace_s=30)
     commits = generated.pop("commits")
     after_commit = from_actual_commit(arrivals, commits, start_ns, interval)
     return {
@@ -386,6 +384,33 @@ def latency_run(
         "jvm_pauses": jvm_pauses(arrivals, {name: gc_log.log_file(stack_logs, name) for name in ("kafka", "connect")}),
         "_histogram": histogram,
     }
+
+
+def where_events_stopped(
+    dsn: str, names: OutboxNames, consumer: Consumer, topic: str, publisher_pid: int, received: int, warmup: int
+) -> str:
+    """Why a latency run saw none of its measured events: which stage holds them, read when it gave up."""
+    table = sql.Identifier(names.outbox_schema, names.outbox_table)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
+    waiting = int(row[0]) if row else 0
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    ends = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions)
+    read = sum(max(0, tp.offset) for tp in consumer.position(partitions))
+    seen = f"{received} of the {warmup} warm-up events arrived"
+    if not Path(f"/proc/{publisher_pid}").exists():
+        return f"{seen}; the publisher (pid {publisher_pid}) is gone: see its log"
+    if waiting:
+        return (
+            f"{seen}; {waiting} events are still in {names.outbox_schema}.{names.outbox_table}: the publisher "
+            "fell behind or stopped publishing (its log; `cdcpipe relay status` for a stall)"
+        )
+    if ends > read:
+        return (
+            f"{seen}; the outbox is empty and {topic} holds {ends - read} events past what this consumer read "
+            "(read_committed): an open Kafka transaction, or a consumer that lost its partitions"
+        )
+    return f"{seen}; the outbox is empty and {topic} holds nothing more: the events were never published there"
 
 
 def jvm_pauses(arrivals: list[tuple[int, int, int]], logs: dict[str, Path]) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,21 @@ def _start_time(pid: int) -> str | None:
     return None if state == "Z" else start
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` runs: it exists and is not a zombie (killed, not yet reaped by its parent).
+
+    A zombie still answers `kill(pid, 0)`; where PID 1 reaps nothing (some containers) it stays one for good.
+    A process whose state this user may not read counts as running.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
 @dataclass(frozen=True)
 class TrackedProcess:
     """One long-running service process of the stack."""

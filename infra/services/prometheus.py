@@ -46,7 +46,9 @@ def scrape_config(settings: StackSettings) -> dict[str, object]:
         "rule_files": [str(settings.state / "prometheus" / RULES.name)],
         "scrape_configs": [
             static("prometheus", settings.prometheus_port),
-            static("cdcpipe-collector", collector_port(settings)),
+            # The collector speaks of other jobs (`cdcpipe_job_driver_running{job=...}`): its `job` label is kept,
+            # not renamed `exported_job` under the scrape's own (the alerts and the page name the job by it).
+            {**static("cdcpipe-collector", collector_port(settings)), "honor_labels": True},
             static("cdcpipe-relay", settings.relay_metrics_port),
             {
                 "job_name": "cdcpipe-jobs",

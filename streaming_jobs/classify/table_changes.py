@@ -3,8 +3,8 @@
 A change is `{"before": row, "after": row, "source": {..., "lsn": n, "ts_ms": t}, "op": "c|u|d|r"}`, sent with
 its Connect schema (`{"schema": ..., "payload": change}`) by the table connector, or bare. Each set of changes
 with one row shape is read with that shape (streaming_jobs.schema_change) into the columns and Delta types of
-the job's contract; a bare change is read with the contract's own shape. The order of changes is the order of
-the WAL: `source.lsn`, then the Kafka offset. The tombstone Debezium sends after a delete carries nothing the
+the job's contract; a bare change is read with the contract's own shape. Changes are ordered as their
+transactions committed (`position`), then by the Kafka offset. The tombstone Debezium sends after a delete carries nothing the
 delete did not already say, so it is dropped, not dead-lettered.
 
 An unchanged TOASTed value (a large text, jsonb or bytea the update did not touch, under the default replica
@@ -34,8 +34,8 @@ SOURCE = StructType(
         StructField("ts_ms", LongType()),
         StructField("txId", LongType()),
         StructField("snapshot", StringType()),
-        # Postgres: ["last commit LSN", "LSN"], as text. An incremental snapshot's rows carry no lsn, only this:
-        # the stream's position when their chunk was emitted (after its window closed).
+        # Postgres: ["the last commit before the change's transaction", "the change's LSN"], as text. An
+        # incremental snapshot's rows carry no lsn, only this: the stream's position at their chunk's closing mark.
         StructField("sequence", StringType()),
     ]
 )
@@ -93,7 +93,8 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
 
     `plans` (streaming_jobs.schema_change.apply.reconcile) says how each shape in `records` (a `_shape` column,
     apply.with_shape) is read.
-    Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _source_ts,
+    Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _commit_lsn
+    (`position`), _source_ts,
     _unavailable, the Kafka coordinates, the raw bytes, and `error`.
     """
     parts = []
@@ -103,19 +104,22 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
     return functools.reduce(DataFrame.unionByName, parts)
 
 
-def position() -> Column:
-    """Where a change stands in the WAL: its LSN, or for an incremental snapshot's row, the last commit before it.
+def position() -> tuple[Column, Column]:
+    """Where a change stands: (the last commit before its transaction, its own LSN): Debezium's `source.sequence`.
 
-    Debezium's incremental snapshot (DBLog) drops from a chunk every row changed while the chunk's window was
-    open, and emits the rest as it reads the window's closing mark. A row stands where that mark's transaction
-    does: `source.sequence[0]`, the commit before it. Not `sequence[1]` (the mark's own LSN): a transaction that
-    wrote its change before the mark but committed after it is streamed after the row, with an LSN below the
-    mark's, and was ordered before the row it changed (a row it deleted came back; seen in make test, the delete
-    at LSN 32714592 committing after the mark at 32723648). Left: such a transaction that also spans the commit
-    before the mark; only commit order closes that (ordering every change by `sequence`, both parts).
+    Changes are ordered by both, commit first: the order in which transactions committed, then the order of the
+    changes in one. The LSN alone is that order only among changes of one row of the stream (a row's next change
+    waits for its lock, so for the commit before it). It is not for an incremental snapshot's row (DBLog): the
+    row is emitted as the stream reads its chunk's closing mark and carries the mark's LSN, while a
+    transaction that wrote before the mark and committed after it is streamed after the row with a lower LSN
+    (a row it deleted came back; seen in make test). By commit, that transaction is after the mark's. Without
+    a `sequence`, or with no commit seen yet (an initial snapshot's rows and the first transaction after
+    them), the change's LSN stands for the commit too.
     """
-    sequence = F.get_json_object(F.col("c.source.sequence"), "$[0]").cast(LongType())
-    return F.coalesce(F.col("c.source.lsn"), sequence)
+    # try_cast: a part not known yet is JSON null, which get_json_object gives as the text "null".
+    last_commit, lsn = (F.get_json_object(F.col("c.source.sequence"), f"$[{i}]").try_cast(LongType()) for i in (0, 1))
+    own = F.coalesce(F.col("c.source.lsn"), lsn)
+    return F.coalesce(last_commit, own), own
 
 
 def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFrame:
@@ -130,7 +134,7 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
         F.col("timestamp").alias("kafka_timestamp"),
     ).select(_change(plan.shape).alias("c"), *coordinates)
     row = F.when(F.col("c.op") == "d", F.col("c.before")).otherwise(F.col("c.after"))
-    lsn = position()
+    commit, lsn = position()
     types = contract.types
     values: list[Column] = []
     unavailable: list[Column] = []
@@ -176,6 +180,7 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
         F.concat(key, F.lit("@"), lsn.cast("string")).alias("event_id"),
         F.col("c.op").alias("_op"),
         lsn.alias("_lsn"),
+        commit.alias("_commit_lsn"),
         (F.col("c.source.ts_ms") / 1000).cast("timestamp").alias("_source_ts"),
         (F.array_compact(F.array(*unavailable)) if unavailable else F.array().cast(ArrayType(StringType()))).alias(
             UNAVAILABLE

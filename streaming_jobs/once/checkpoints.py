@@ -55,9 +55,17 @@ def committed_offsets(checkpoint: LakePath) -> Offsets:
     return (batch_end(checkpoint, max(commits)) or {}) if commits else {}
 
 
+def rendered_progress(progress: Any) -> dict[str, Any] | None:
+    """Spark's progress report as a dict (pyspark 4 hands back an object whose .json is Spark's rendering)."""
+    if progress is None:
+        return None
+    found: dict[str, Any] = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
+    return found
+
+
 def write_progress(
     checkpoint: LakePath,
-    progress: Any,
+    progress: dict[str, Any] | None,
     counts: dict[str, int],
     *,
     running: bool,
@@ -65,11 +73,10 @@ def write_progress(
 ) -> None:
     """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads).
 
-    `batch`: where the last batch's time went, by step (streaming_jobs.phases).
+    `progress`: Spark's report rendered as a dict (`rendered_progress`). `batch`: where the last batch's
+    time went, by step (streaming_jobs.phases).
     """
-    # pyspark 4 hands back a StreamingQueryProgress (its .json is Spark's own rendering) where 3.x gave a dict.
-    rendered = json.loads(progress.json) if hasattr(progress, "json") else progress
-    record = {"running": running, "updated_at": time.time(), **counts, "progress": rendered}
+    record = {"running": running, "updated_at": time.time(), **counts, "progress": progress}
     if batch:
         record["batch_steps"] = batch
     (checkpoint / PROGRESS_FILE).write_text(json.dumps(record, default=str))

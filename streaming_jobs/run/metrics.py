@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from cdcpipe.common.metrics import LATENCY_BUCKETS, BatchHistogram, serve
+from cdcpipe.common.processes import running
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec
 from streaming_jobs.phases import Phases
 
@@ -135,7 +136,7 @@ def stale_targets(targets_dir: Path | None) -> list[Path]:
     removed = []
     for path in sorted(targets_dir.glob("job-*.json")):
         pid = target_pid(path)
-        if pid is None or not _alive(pid):
+        if pid is None or not running(pid):
             try:
                 path.unlink()
             except FileNotFoundError:
@@ -144,16 +145,6 @@ def stale_targets(targets_dir: Path | None) -> list[Path]:
                 continue  # not ours to remove (the collector, which owns the folder, will)
             removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _offsets(rendered: object) -> dict[tuple[str, int], int]:

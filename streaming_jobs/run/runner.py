@@ -36,7 +36,7 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import Partition
 from streaming_jobs.once import sources
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.once.checkpoints import batch_end, clear_unfinished_writes, write_progress
+from streaming_jobs.once.checkpoints import batch_end, clear_unfinished_writes, rendered_progress, write_progress
 from streaming_jobs.once.context import BatchContext, app_id
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
@@ -150,10 +150,13 @@ def run(
                     query.awaitTermination(1)
                     # Written when it changed (a batch ran, or Spark's idle report every 10 s), not every second:
                     # on an object store each write is a request, for every running job.
-                    seen = _progress_key(query.lastProgress, counts)
+                    # Fetched and rendered once per tick: each fetch is a call into the JVM, and one report
+                    # keyed, written and measured cannot be three reports if a batch ends in between.
+                    progress = rendered_progress(query.lastProgress)
+                    seen = _progress_key(progress, counts)
                     if seen != written:
-                        write_progress(checkpoint, query.lastProgress, counts, running=True, batch=last_batch)
-                        metrics.after_progress(_rendered(query.lastProgress))
+                        write_progress(checkpoint, progress, counts, running=True, batch=last_batch)
+                        metrics.after_progress(progress)
                         written = seen
                 query.awaitTermination()  # raises the query's own error, if it died of one
                 break
@@ -170,23 +173,15 @@ def run(
                 time.sleep(LEASE_RETRY_S)
                 query = writer.queryName(spec.name).start()
     finally:
-        write_progress(checkpoint, query.lastProgress, counts, running=False, batch=last_batch)
+        write_progress(checkpoint, rendered_progress(query.lastProgress), counts, running=False, batch=last_batch)
         compactor.close()
         metrics.close()
         spark.stop()
 
 
-def _rendered(progress: Any) -> dict[str, Any] | None:
-    """Spark's progress report as a dict (pyspark 4 hands back an object whose .json is Spark's rendering)."""
-    if progress is None:
-        return None
-    found: dict[str, Any] = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-    return found
-
-
-def _progress_key(progress: Any, counts: dict[str, int]) -> tuple[object, ...]:
+def _progress_key(progress: dict[str, Any] | None, counts: dict[str, int]) -> tuple[object, ...]:
     """What makes a progress report new: Spark's own report (its time and batch), or our counts."""
-    stamp = (getattr(progress, "timestamp", None), getattr(progress, "batchId", None)) if progress else (None, None)
+    stamp = (progress.get("timestamp"), progress.get("batchId")) if progress else (None, None)
     return (*stamp, *sorted(counts.items()))
 
 

@@ -1,9 +1,9 @@
 """The table kinds: a mirror of a captured table (SCD type 1) and its history (SCD type 2), in WAL order.
 
-Both key on the table's primary key (from its row contract) and order a key's changes by their WAL position
-(`source.lsn`, or an incremental snapshot row's: classify.table_changes.position), then Kafka offset. Each
+Both key on the table's primary key (from its row contract) and order a key's changes as their transactions
+committed, then by LSN (`_commit_lsn`, `_lsn`: classify.table_changes.position), then Kafka offset. Each
 writes its batch in one MERGE inside `ctx.idempotent()`, so a replayed batch is skipped
-whole; and a change never overwrites a newer one (an LSN comparison), so order holds across batches too.
+whole; and a change never overwrites a newer one (`NEWER`), so order holds across batches too.
 
 An unchanged TOASTed value (named in `_unavailable`, classify.table_changes) takes the key's value before it:
 from an earlier change of the batch, else from the table (the mirror's row, the history's current version).
@@ -26,12 +26,26 @@ from streaming_jobs.once.context import BatchContext, ensure_table
 from streaming_jobs.schema_change.apply import keep_copy
 from streaming_jobs.schema_change.types import spark_type
 
-MIRROR_META = ["_lsn", "_source_ts"]
-HISTORY_META = ["_lsn", "valid_from", "valid_to", "is_current"]
+MIRROR_META = ["_lsn", "_commit_lsn", "_source_ts"]
+HISTORY_META = ["_lsn", "_commit_lsn", "valid_from", "valid_to", "is_current"]
+IN_ORDER = ("_commit_lsn", "_lsn", "kafka_offset")
+# The change `s` is newer than the table's row `t`. A row written before `_commit_lsn` existed has none: its
+# `_lsn` stands for it, which orders a later change of the same row rightly (that change's transaction began
+# after the row's committed, so the commit before it is at or past the row's LSN).
+_THEIRS = "coalesce(t._commit_lsn, t._lsn)"
+NEWER = f"(s._commit_lsn > {_THEIRS} OR (s._commit_lsn = {_THEIRS} AND s._lsn > t._lsn))"
 
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def _with_commit_lsn(ctx: BatchContext, table: DeltaTable) -> DeltaTable:
+    """The table, given `_commit_lsn` if it was made before the column existed (its rows null there: `NEWER`)."""
+    if "_commit_lsn" in table.toDF().columns:
+        return table
+    ctx.spark.sql(f"ALTER TABLE delta.`{ctx.table}` ADD COLUMNS (_commit_lsn BIGINT)")
+    return DeltaTable.forPath(ctx.spark, str(ctx.table))
 
 
 def toastable(contract: TableContract, ctx: BatchContext | None = None) -> list[str]:
@@ -45,14 +59,10 @@ def toastable(contract: TableContract, ctx: BatchContext | None = None) -> list[
 
 
 def _carry_unavailable(changes: DataFrame, keys: list[str], columns: list[str]) -> DataFrame:
-    """Each unavailable value replaced by the key's latest available one in the batch, in LSN order."""
+    """Each unavailable value replaced by the key's latest available one in the batch, in commit, then LSN order."""
     if not columns:
         return changes
-    so_far = (
-        Window.partitionBy(*keys)
-        .orderBy("_lsn", "kafka_offset")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
+    so_far = Window.partitionBy(*keys).orderBy(*IN_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
     carried = changes
     for c in columns:
         # Wrapped in a struct, so a real null is a value and only "not sent" is skipped.
@@ -77,14 +87,14 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
     """Insert, update and delete rows as the source did, newest change per key winning."""
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
-    window = Window.partitionBy(*keys).orderBy(F.col("_lsn").desc(), F.col("kafka_offset").desc())
+    window = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in IN_ORDER])
     newest = (
         _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
         .withColumn("_n", F.row_number().over(window))
         .where("_n = 1")
         .select(*columns, *MIRROR_META, "_op", UNAVAILABLE)
     )
-    table = ensure_table(ctx, newest.drop("_op", UNAVAILABLE))
+    table = _with_commit_lsn(ctx, ensure_table(ctx, newest.drop("_op", UNAVAILABLE)))
     keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
     inserted: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
@@ -93,8 +103,8 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
         (
             table.alias("t")
             .merge(newest.alias("s"), on)
-            .whenMatchedDelete(condition="s._op = 'd' AND s._lsn > t._lsn")
-            .whenMatchedUpdate(condition="s._op <> 'd' AND s._lsn > t._lsn", set=updated)
+            .whenMatchedDelete(condition=f"s._op = 'd' AND {NEWER}")
+            .whenMatchedUpdate(condition=f"s._op <> 'd' AND {NEWER}", set=updated)
             .whenNotMatchedInsert(condition="s._op <> 'd'", values=inserted)
             .execute()
         )
@@ -134,7 +144,7 @@ def _without_repeated_reads(changes: DataFrame, ctx: BatchContext, keys: list[st
         .select(*[F.col(c).alias(f"_cur_{c}") for c in columns])
     )
     on = [changes[k].eqNullSafe(current[f"_cur_{k}"]) for k in keys]
-    in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
+    in_order = Window.partitionBy(*keys).orderBy(*IN_ORDER)
     joined = changes.join(current, on, "left")
     first = F.row_number().over(in_order) == 1
     before = [
@@ -149,13 +159,13 @@ def _without_repeated_reads(changes: DataFrame, ctx: BatchContext, keys: list[st
 def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
     """One row per version (valid_from, valid_to, is_current); a delete closes the last version.
 
-    Several changes of one key in one batch become several versions, chained in LSN order. One MERGE both
+    Several changes of one key in one batch become several versions, chained in order (`IN_ORDER`). One MERGE both
     closes each key's open version in the table and inserts the new ones: the closing rows match on the key,
     the new versions carry no merge key, so they never match and are inserted.
     """
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
-    in_order = Window.partitionBy(*keys).orderBy("_lsn", "kafka_offset")
+    in_order = Window.partitionBy(*keys).orderBy(*IN_ORDER)
     valid = _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
     if (
         ctx.has_reads is not False
@@ -181,6 +191,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         F.lit(True).alias("_insert"),
         *columns,
         "_lsn",
+        "_commit_lsn",
         F.col("_source_ts").alias("valid_from"),
         F.col("_next_ts").alias("valid_to"),
         F.col("_next_ts").isNull().alias("is_current"),
@@ -191,12 +202,13 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         F.lit(False).alias("_insert"),
         *[F.lit(None).cast(ordered.schema[c].dataType).alias(c) for c in columns],
         "_lsn",
+        "_commit_lsn",
         F.lit(None).cast("timestamp").alias("valid_from"),
         F.lit(None).cast("timestamp").alias("valid_to"),
         F.lit(None).cast("boolean").alias("is_current"),
     )
     staged = versions.unionByName(closing)
-    table = ensure_table(ctx, versions.select(*columns, *HISTORY_META))
+    table = _with_commit_lsn(ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META)))
     keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
     values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
@@ -204,7 +216,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         (
             table.alias("t")
             .merge(staged.alias("s"), on)
-            .whenMatchedUpdate(condition="s._lsn > t._lsn", set={"valid_to": "s._close_at", "is_current": "false"})
+            .whenMatchedUpdate(condition=NEWER, set={"valid_to": "s._close_at", "is_current": "false"})
             .whenNotMatchedInsert(condition="s._insert", values=values)
             .execute()
         )

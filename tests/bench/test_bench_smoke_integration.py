@@ -57,6 +57,15 @@ ON_A_RUNNING_STACK = [
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
+    (
+        "metrics_cost",
+        [
+            *("--events", "2000", "--rounds", "1", "--rate", "200", "--seconds", "3"),
+            *("--warmup-s", "2", "--settle-s", "3"),
+        ],
+        "metrics_cost.json",
+        ["relay_drain_events_per_s", "job_latency_p50_s", "job_latency_p99_s"],
+    ),
     # Each variant is a driver of its own (about 30 s).
     (
         "batch_bench",
@@ -90,6 +99,9 @@ def test_a_bench_runs_and_reports(
     if name == "snapshot_bench":
         assert report["passed"], report
         assert report["mirror_rows_differing_from_the_table"] == 0
+    if name == "metrics_cost":
+        assert [set(r) for r in report["relay_rounds"] + report["job_rounds"]] == [{"on", "off"}] * 2
+        assert all(r[m]["applied"] for r in report["job_rounds"] for m in ("on", "off")), report["job_rounds"]
     if name == "batch_bench":
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())

@@ -177,19 +177,35 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         drain(history, env)
         versions = len(read_delta(stack, f"{env['CDCPIPE_LAKE']}/{history}"))
         assert current_versions(stack, env, history) == truth[second]
+        # While it runs, a transaction deletes a row before the snapshot reads it and commits after the chunk's
+        # closing mark, with another commit in between: the delete is streamed after the row, with a lower LSN
+        # than the commit before the mark. Ordered as they committed, the row stays deleted in the mirror.
         before, records = snapshot_line(env, second), topic_records(stack, topic)
-        assert "snapshot   public." in tables("snapshot", f"public.{second}", env=env)
-        wait_until(
-            lambda: snapshot_line(env, second) != before and "completed" in snapshot_line(env, second),
-            180,
-            f"the second snapshot of public.{second} to complete",
-        )
-        wait_until(
-            lambda: topic_records(stack, topic) >= records + len(truth[second]), 60, "the snapshot's rows in the topic"
-        )
+        held = psycopg.connect(outbox.dsn)  # its transaction stays open
+        held.execute(sql.SQL("DELETE FROM {} WHERE id = 4242").format(idents[second]))
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET customer = 'later' WHERE id = 8").format(idents[first]))
+        try:
+            assert "snapshot   public." in tables("snapshot", f"public.{second}", env=env)
+            wait_until(
+                lambda: snapshot_line(env, second) != before and "completed" in snapshot_line(env, second),
+                180,
+                f"the second snapshot of public.{second} to complete",
+            )
+        finally:
+            held.commit()
+            held.close()
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            truth[second] = postgres_rows(conn, idents[second])
+        assert "4242" not in truth[second]
+        # The snapshot's rows (4242 among them), then the delete.
+        wanted = records + len(truth[second]) + 2
+        wait_until(lambda: topic_records(stack, topic) >= wanted, 60, "the snapshot's rows and the delete in the topic")
         drain(history, env)
         assert len(read_delta(stack, f"{env['CDCPIPE_LAKE']}/{history}")) == versions
         assert current_versions(stack, env, history) == truth[second]
+        drain(f"{second}_mirror", env)
+        assert mirrored(stack, env, f"{second}_mirror") == truth[second], "a row the snapshot read came back"
 
         # A connector that stopped is said on the job's status, never a quiet "lag 0".
         job = f"{first}_mirror"

@@ -114,17 +114,24 @@ T0 = 1_795_000_000_000  # ms
 BALANCES = "balances:apply"  # the example projection (a balance per account), copied beside each test's job files
 
 
-def change(op: str, before: dict[str, object] | None, after: dict[str, object] | None, lsn: int) -> str:
-    """A change event as Debezium's JSON converter (schemas disabled) writes it."""
-    return json.dumps(
-        {
-            "before": before,
-            "after": after,
-            "op": op,
-            "ts_ms": T0 + lsn,
-            "source": {"lsn": lsn, "ts_ms": T0 + lsn, "txId": lsn, "snapshot": "false"},
-        }
-    )
+def change(
+    op: str,
+    before: dict[str, object] | None,
+    after: dict[str, object] | None,
+    lsn: int | None,
+    sequence: tuple[int, int] | None = None,
+) -> str:
+    """A change event as Debezium's JSON converter (schemas disabled) writes it.
+
+    `sequence`: Debezium's (last commit before the change's transaction, the change's LSN); an incremental
+    snapshot's row has only that (`lsn` None), the second being its chunk's closing mark.
+    """
+    at = lsn if lsn is not None else (sequence or (0, 0))[1]
+    source: dict[str, object] = {"lsn": lsn, "ts_ms": T0 + at, "txId": at, "snapshot": "false"}
+    if sequence is not None:
+        source["sequence"] = json.dumps([str(n) for n in sequence])
+        source["snapshot"] = "incremental" if lsn is None else "false"
+    return json.dumps({"before": before, "after": after, "op": op, "ts_ms": T0 + at, "source": source})
 
 
 def send_changes(stack: Stack, topic: str, changes: list[tuple[str, str | None]]) -> None:
@@ -168,15 +175,14 @@ def status(name: str, env: dict[str, str]) -> dict[str, object]:
 def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callable[[], bool]) -> Callable[[], bool]:
     """`condition`, but fail at once with the job's log if the job died (instead of waiting out the timeout)."""
     # Its pid file, as `jobs status` reads it (not the command: a process of its own per poll).
-    job = TrackedProcess(
-        name=f"job {name}", pid_file=tmp_path / "run" / f"{name}.pid", log_file=tmp_path / "run" / f"{name}.log"
-    )
+    run_dir = Path(env.get("CDCPIPE_RUN_DIR") or tmp_path / "run")
+    job = TrackedProcess(name=f"job {name}", pid_file=run_dir / f"{name}.pid", log_file=run_dir / f"{name}.log")
 
     def check() -> bool:
         if condition():
             return True
         if job.pid() is None:
-            log = (tmp_path / "run" / f"{name}.log").read_text()
+            log = (run_dir / f"{name}.log").read_text()
             pytest.fail(f"job {name} died:\n{log[-3000:]}")
         return False
 

@@ -251,7 +251,14 @@ def _call(entry: str, argv: list[str]) -> int:
             sys.argv = ["cdcpipe", *argv]
             cli.main()
             return 0
-        print(f"the Spark host runs streaming_jobs.run.runner and cdcpipe, not {entry}", file=sys.stderr)
+        if entry == "tests.support.spark_read":
+            from tests.support import spark_read
+
+            return spark_read.main(argv)
+        print(
+            f"the Spark host runs streaming_jobs.run.runner, cdcpipe and tests.support.spark_read, not {entry}",
+            file=sys.stderr,
+        )
         return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

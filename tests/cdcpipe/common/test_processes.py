@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
-from cdcpipe.common.processes import TrackedProcess
+from cdcpipe.common.processes import TrackedProcess, running
 
 
 def tracked(tmp_path: Path, stop_signal: signal.Signals = signal.SIGTERM) -> TrackedProcess:
@@ -52,3 +53,16 @@ def test_log_tail_shows_the_last_lines(tmp_path: Path) -> None:
     while not process.exited():
         pass
     assert process.log_tail(3) == ["line 48", "line 49", "line 50"]
+
+
+def test_a_killed_process_not_yet_reaped_is_not_running() -> None:
+    """A zombie answers kill(pid, 0); where PID 1 reaps nothing, a killed driver stays one (seen in make test)."""
+    child = subprocess.Popen(["sleep", "60"])
+    assert running(child.pid)
+    child.kill()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)  # killed, and not reaped: Popen reaps only in wait/poll
+    assert not running(child.pid)
+    child.wait()
+    assert not running(child.pid)

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from deltalake import DeltaTable
 
+from streaming_jobs.run.metrics import target_file
 from tests.support.browser import figure, render
 from tests.support.jobs import BALANCES, Event, alive_and, deposit, drain, job_env, jobs_command, opened, send, status
 from tests.support.stack import Stack, cdcpipe
@@ -90,9 +91,15 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
 def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack, topic: str, tmp_path: Path) -> None:
     """SIGKILL at arbitrary moments (mid-batch included), then restart.
 
-    Balances are increments, so a batch applied twice or skipped would show.
+    Balances are increments, so a batch applied twice or skipped would show. The job runs from the run folder a
+    user of `stack env` has (the one the stack's collector watches): the first kill is seen there, its driver's
+    Prometheus target removed and `CdcpipeJobDriverDown` firing.
     """
     name, env = job_env(stack, tmp_path, "projection", topic, projection=BALANCES)
+    env["CDCPIPE_RUN_DIR"] = str(stack.home / "run" / "jobs")
+    target = target_file(Path(stack.env["CDCPIPE_METRICS_TARGETS_DIR"]), name)
+    running = f'cdcpipe_job_driver_running{{job="{name}"}}'
+    down = f'ALERTS{{alertname="CdcpipeJobDriverDown", job="{name}", alertstate="firing"}}'
     expected: dict[str, int] = {}
     for wave in range(3):
         assert cdcpipe("jobs", "submit", name, env=env).returncode == 0
@@ -104,8 +111,15 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
             time.sleep(1.5)
         report = status(name, env)
         assert isinstance(report["pid"], int)
+        if wave == 0:
+            wait_until(target.exists, 30, "the driver's Prometheus target")
+            wait_until(lambda: stack.prometheus_value(running) == 1, 60, "the collector to see the driver")
         os.kill(report["pid"], signal.SIGKILL)
         wait_until(lambda: status(name, env)["running"] is False, 30, "the killed job to be gone")
+        if wave == 0:
+            wait_until(lambda: stack.prometheus_value(running) == 0, 60, "the collector to see the driver gone")
+            assert not target.exists(), "the collector removes a killed driver's target"
+            wait_until(lambda: bool(stack.prometheus(down)), 90, "CdcpipeJobDriverDown to fire")
     assert cdcpipe("jobs", "submit", name, env=env).returncode == 0
     try:
         wait_until(
@@ -120,6 +134,8 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
         )
     finally:
         cdcpipe("jobs", "stop", name, env=env)
+    # Stopped: no longer a driver the collector expects.
+    wait_until(lambda: stack.prometheus(running) == [], 60, "the stopped job to leave the collector's metrics")
 
 
 def test_a_job_killed_while_spark_wrote_its_first_offsets_starts_again(

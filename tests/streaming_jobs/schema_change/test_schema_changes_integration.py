@@ -10,8 +10,6 @@ table in Postgres.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from tests.support.connectors import shipped, wait_slot_active, wait_state, writ
 from tests.support.jobs import alive_and, status
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
+from tests.support.spark_host import spark_run
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
@@ -71,17 +70,8 @@ def delta_rows(stack: Stack, path: str) -> list[dict[str, Any]]:
 
 
 def spark_rows(source: Source, path: str) -> list[dict[str, Any]]:
-    """Rows read by Spark with Delta (in a process of its own): for a table delta-rs cannot read."""
-    script = (
-        "import json, sys\n"
-        "from streaming_jobs.spark_session import build_spark_session\n"
-        "spark = build_spark_session(app_name='test-read')\n"
-        f"rows = [r.asDict() for r in spark.read.format('delta').load({path!r}).collect()]\n"
-        "print(json.dumps(rows, default=str))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], env=source.env, capture_output=True, text=True, timeout=300, check=False
-    )
+    """Rows read by Spark with Delta (on the test process's shared driver): for a table delta-rs cannot read."""
+    result = spark_run("tests.support.spark_read", [path], source.env)
     assert result.returncode == 0, result.stderr[-3000:]
     found: list[dict[str, Any]] = json.loads(result.stdout.strip().splitlines()[-1])
     return found
@@ -272,14 +262,7 @@ def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
             f'name = "{again}"\nkind = "table_mirror"\ntable = "again"\ntopics = ["{source.topic}"]\n'
             f'source_table = "{source.table}"\n[on_schema_change]\ntype_widened = "rewrite"\n'
         )
-        ran = subprocess.run(
-            [sys.executable, "-m", "streaming_jobs.run.runner", again, "--trigger", "available-now"],
-            env=source.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
+        ran = spark_run("streaming_jobs.run.runner", [again, "--trigger", "available-now"], source.env)
         assert ran.returncode == 0, ran.stderr[-3000:]
         assert "a new table starts at contract v1" in ran.stderr
         rebuilt = delta_rows(stack, f"{source.lake}/again")

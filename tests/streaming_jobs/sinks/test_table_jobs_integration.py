@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from psycopg import sql
 
 from demo.run import EXAMPLES
@@ -52,6 +53,47 @@ def test_mirror_applies_inserts_updates_deletes_in_lsn_order(stack: Stack, topic
     )
     job.run()
     assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 6}
+
+
+# An incremental snapshot's row (no lsn; its chunk's closing mark at 32723648, the commit before the mark at
+# 32712904) and a delete written at 32700000, before that commit, by a transaction that committed after the mark
+# (the commit before it: 32724040). Its LSN is the lowest; as the transactions committed, the delete is last.
+SNAPSHOT_ROW = (32712904, 32723648)
+LATE_DELETE = 32700000, (32724040, 32700000)
+
+
+def test_a_mirror_orders_changes_as_they_committed_and_takes_a_table_made_before_that(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """A row a snapshot read and a transaction open across the mark deleted stays deleted, in one batch or two."""
+    read = [
+        (key, change("r", None, row(key, n), None, SNAPSHOT_ROW)) for key, n in (("k", 1), ("m", 2), ("j", 3), ("p", 5))
+    ]
+    send_changes(stack, topic, [*read, ("k", change("d", row("k", 1), None, *LATE_DELETE))])
+    job = make_job(stack, tmp_path, "table_mirror", [topic], source_table="public.accounts")
+    job.run()
+    assert {r["id"]: r["balance"] for r in job.table()} == {"m": 2, "j": 3, "p": 5}
+    send_changes(stack, topic, [("j", change("d", row("j", 3), None, *LATE_DELETE))])  # the delete a batch later
+    job.run()
+    assert {r["id"]: (r["_commit_lsn"], r["_lsn"]) for r in job.table()} == {"m": SNAPSHOT_ROW, "p": SNAPSHOT_ROW}
+
+    # A mirror made before `_commit_lsn` (its rows' `_lsn` stands for it) gets the column; order still holds.
+    path = f"{job.lake}/out"
+    old = DeltaTable(path).to_pyarrow_table().drop_columns(["_commit_lsn"])
+    write_deltalake(path, old, mode="overwrite", schema_mode="overwrite")
+    assert "_commit_lsn" not in job.table()[0]
+    send_changes(
+        stack,
+        topic,
+        [
+            ("m", change("u", None, row("m", 9), 32723000)),  # older than the row: its LSN is below the row's
+            ("p", change("u", None, row("p", 6), 32731000, (32730500, 32731000))),
+            ("n", change("c", None, row("n", 4), 32732000, (32731500, 32732000))),
+        ],
+    )
+    job.run()
+    found = {r["id"]: (r["balance"], r["_commit_lsn"]) for r in job.table()}
+    assert found == {"m": (2, None), "p": (6, 32730500), "n": (4, 32731500)}
 
 
 def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(

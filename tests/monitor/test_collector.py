@@ -1,0 +1,47 @@
+"""The collector when the parts it reads do not answer: each says so in `cdcpipe_collector_source_up`, no scrape fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from connectors.config import ConnectSettings
+from monitor.collector import PipelineCollector
+from monitor.config import MonitorSettings
+from schemas.config import OutboxNames
+from streaming_jobs.config import JobsSettings
+
+# Nothing listens on port 9 here: refused at once, as a stopped Connect or Postgres is.
+DOWN_DSN = "postgresql://cdcpipe_monitor@127.0.0.1:9/cdcpipe"
+DOWN_URL = "http://127.0.0.1:9"
+
+
+def scrape(collector: PipelineCollector) -> dict[str, float]:
+    registry = CollectorRegistry()
+    registry.register(collector)
+    samples = {}
+    for line in generate_latest(registry).decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_connect_and_postgres_down_are_reported_as_down_and_the_jobs_still_read(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "gone.pid").write_text("999999999\n")  # a job submitted and not stopped, whose driver died
+    collector = PipelineCollector(
+        MonitorSettings(monitor_pg_dsn=DOWN_DSN, monitor_timeout_s=2),
+        ConnectSettings(connect_url=DOWN_URL),
+        OutboxNames(),
+        JobsSettings(run_dir=run, metrics_targets_dir=tmp_path / "targets"),
+    )
+    for _ in range(2):  # a second scrape after the first's errors (each logged once) answers the same
+        samples = scrape(collector)
+        assert samples['cdcpipe_collector_source_up{source="connect"}'] == 0
+        assert samples['cdcpipe_collector_source_up{source="postgres"}'] == 0
+        assert samples['cdcpipe_collector_source_up{source="jobs"}'] == 1
+        assert samples['cdcpipe_job_driver_running{job="gone"}'] == 0
+        assert not any(name.startswith(("cdcpipe_connect_", "cdcpipe_pg_", "cdcpipe_outbox_")) for name in samples)
