@@ -84,9 +84,9 @@ bench: install
 	$(CDCPIPE) stack up
 	$(PY) bench/relay_bench.py
 	$(PY) bench/catch_up_bench.py
-	$(PY) bench/metrics_cost.py
 	$(PY) bench/jobs_bench.py --s3-runs 1
 	$(PY) bench/jobs_bench.py --lakes local --drift-minutes 10
+	CDCPIPE_BENCH_RESULTS=bench/results/mirror $(PY) bench/jobs_bench.py --lakes local --drift-minutes 10 --drift-kind table_mirror
 	$(PY) bench/batch_bench.py
 	$(PY) bench/replay_bench.py
 	$(PY) bench/snapshot_bench.py

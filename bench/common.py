@@ -16,6 +16,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -196,9 +198,58 @@ def at_end(kafka: KafkaSettings, topic: str) -> Consumer:
     return consumer
 
 
-def generate(
-    dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int, report: str
-) -> None:
+@dataclass(frozen=True)
+class Load:
+    """What a generator commits: the statement, and the row of event `k` scheduled at `scheduled_ns`."""
+
+    insert: sql.Composed
+    row: Callable[[int, int], tuple[object, ...]]
+
+
+def outbox_load(names: OutboxNames) -> Load:
+    """~1 KB events into an outbox, over 1,000 aggregates."""
+    insert = sql.SQL("INSERT INTO {} (aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s)").format(
+        sql.Identifier(names.outbox_schema, names.outbox_table)
+    )
+    return Load(insert, lambda k, scheduled_ns: ("bench", f"agg-{k % 1000}", "BenchEvent", payload(scheduled_ns)))
+
+
+TABLE_COLUMNS = (
+    "id bigint PRIMARY KEY, account text NOT NULL, currency text NOT NULL, amount numeric(14,2) NOT NULL, "
+    "status text NOT NULL, kind text NOT NULL, t bigint NOT NULL, attempts int NOT NULL DEFAULT 0, note text, "
+    "created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now()"
+)
+
+
+def table_load(table: sql.Identifier, keys: int) -> Load:
+    """Row changes of an application's table (11 columns, ~700 bytes a row): event `k` writes row `k % keys`.
+
+    The first pass over the keys inserts, every later one updates (an upsert, as applications write): `t` is the
+    change's scheduled commit time, so the row a reader sees says which change it is.
+    """
+    insert = sql.SQL(
+        "INSERT INTO {} AS cur (id, account, currency, amount, status, kind, t, note) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (id) DO UPDATE SET amount = excluded.amount, status = excluded.status, t = excluded.t, "
+        "attempts = cur.attempts + 1, note = excluded.note, updated_at = now()"
+    ).format(table)
+    statuses = ("pending", "authorized", "captured", "settled")
+    return Load(
+        insert,
+        lambda k, scheduled_ns: (
+            k % keys,
+            f"acct-{k % keys:08d}",
+            "EUR",
+            (k % 100_000) / 100,
+            statuses[k % 4],
+            "card",
+            scheduled_ns,
+            PAD[:600],
+        ),
+    )
+
+
+def generate(dsn: str, load: Load, rate: int, seconds: float, start_ns: int, measured_from: int, report: str) -> None:
     """Commit `rate` events per second on schedule; each transaction holds every event that is due.
 
     The worst lag of a commit behind its schedule counts only the transactions from event `measured_from`
@@ -207,11 +258,6 @@ def generate(
     """
     total = int(rate * seconds)
     interval = 1e9 / rate
-    # A prepared INSERT (psycopg prepares it after a few runs; executemany pipelines the rows): the
-    # cheapest way for Postgres to take one small transaction, as an application would send it.
-    insert = sql.SQL("INSERT INTO {} (aggregatetype, aggregateid, type, payload) VALUES (%s, %s, %s, %s)").format(
-        sql.Identifier(names.outbox_schema, names.outbox_table)
-    )
     sent, transactions, worst_lag_ns = 0, 0, 0
     commits: list[tuple[int, int]] = []  # (events committed so far, when that commit returned)
     with psycopg.connect(dsn) as conn:
@@ -221,15 +267,14 @@ def generate(
             if due <= sent:
                 time.sleep(max(0.0, (start_ns + sent * interval - now) / 1e9))
                 continue
-            rows = [
-                ("bench", f"agg-{k % 1000}", "BenchEvent", payload(start_ns + int(k * interval)))
-                for k in range(sent, due)
-            ]
+            rows = [load.row(k, start_ns + int(k * interval)) for k in range(sent, due)]
+            # A prepared statement (psycopg prepares it after a few runs; executemany pipelines the rows): the
+            # cheapest way for Postgres to take one small transaction, as an application would send it.
             with conn.cursor() as cur:
                 if len(rows) == 1:
-                    cur.execute(insert, rows[0])
+                    cur.execute(load.insert, rows[0])
                 else:
-                    cur.executemany(insert, rows)
+                    cur.executemany(load.insert, rows)
             conn.commit()
             committed_ns = time.time_ns()
             commits.append((due, committed_ns))
@@ -254,13 +299,11 @@ def generate(
 class Generator:
     """`generate` in a process of its own; every wait on it bounded."""
 
-    def __init__(
-        self, dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int, measured_from: int = 0
-    ) -> None:
+    def __init__(self, dsn: str, load: Load, rate: int, seconds: float, start_ns: int, measured_from: int = 0) -> None:
         self.seconds = seconds
         self._folder = tempfile.TemporaryDirectory(prefix="cdcpipe-bench-generator-")
         self._report = Path(self._folder.name) / "report.json"
-        args = (dsn, names, rate, seconds, start_ns, measured_from, str(self._report))
+        args = (dsn, load, rate, seconds, start_ns, measured_from, str(self._report))
         self.process = mp.Process(target=generate, args=args)
         self.process.start()
 
@@ -354,3 +397,13 @@ def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000)
             except BufferError:
                 producer.poll(0.05)
     producer.flush()
+
+
+def cdcpipe(env: dict[str, str], *args: str) -> str:
+    """`cdcpipe ARGS` as a user runs it, with `env`; its output, or exit naming the command and what it said."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcpipe", *args], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"cdcpipe {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout

@@ -2,7 +2,7 @@
 
     python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--runs 3] [--s3-runs N] [--kinds event_log,...]
                                [--warmup-s 180] [--events 200000] [--lakes local,s3] [--job-setting KEY=VALUE]
-    python bench/jobs_bench.py --lakes local --drift-minutes 10
+    python bench/jobs_bench.py --lakes local --drift-minutes 10 [--drift-kind table_mirror]
 
 Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
 
@@ -10,14 +10,22 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   event-log job (trigger 1s) applies them. Latency = when the Delta commit that adds the row was written
   minus the event's scheduled commit time. Each job's driver first gets --warmup-s of the same load, not
   measured. p50, p99, max, and where a batch's time went (`cycle_ms_median`, `slowest_batches`).
+- Table kinds (`table_mirror`, `table_history`): the changes of an application's table (11 columns, upserts
+  of 20,000 rows at the same rate), published by Debezium's table connector as a user gets it from
+  `cdcpipe tables add`; latency = the Delta commit that first shows the row's version minus the change's
+  scheduled commit time. A mirror keeps one version of a row per batch: a change its batch overwrote is
+  never visible, counted as `superseded`, not measured. `latest_state` takes the outbox's events.
 - Floor (kind `floor`): the same, with the job replaced by a bare Kafka -> Delta append
   (`bench/floor_job.py`): what Spark micro-batches and a Delta commit cost here, whatever the job does.
   `floor_one_task_per_core` (not run unless asked): the same floor with the jobs' one task per core.
+  `event_log_no_metrics` (not run unless asked): the event log with CDCPIPE_METRICS=false.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
-  batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up.
+  batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up. With a
+  table kind asked for, the same for a mirror over N changes of the table (`mirror_throughput`).
 Each measurement runs on each lake asked for, one after the other in one run: the stack's local folder
 (`local`) and its object store (`s3`, through S3A); `s3_vs_local` holds the ratios.
-Writes bench/results/jobs.json; prints it.
+Writes bench/results/jobs.json and a plot of each kind's latency by percentile (jobs_latency_<lake>.png, the
+last run); prints the JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -41,16 +51,20 @@ from urllib.parse import unquote
 import psycopg
 import pyarrow.parquet as pq
 from common import (
-    PARTITIONS,
     RESULTS,
+    TABLE_COLUMNS,
     Generator,
+    Load,
+    cdcpipe,
     create_topic,
     env_kafka,
     fill_topic,
     machine_busy_ticks,
+    outbox_load,
     process_ticks,
     stack_env,
     start_relay,
+    table_load,
     wait_leader,
 )
 from confluent_kafka import Consumer, TopicPartition
@@ -84,8 +98,20 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
 
 
-# What a latency run measures: a job of a kind, or the floor job (bare, or with the jobs' one task per core).
-KINDS = ("event_log", "latest_state", "floor", "floor_one_task_per_core")
+# What a latency run measures: a job of a kind, or the floor job (bare, or with the jobs' one task per core);
+# `event_log_no_metrics`: the event log with CDCPIPE_METRICS=false (what its metrics cost).
+KINDS = (
+    "event_log",
+    "latest_state",
+    "floor",
+    "floor_one_task_per_core",
+    "event_log_no_metrics",
+    "table_mirror",
+    "table_history",
+)
+TABLE_KINDS = ("table_mirror", "table_history")
+# The table kinds' source: rows of an application's table, each change an upsert of row (its number % KEYS).
+KEYS = 20_000
 
 
 SETTLE_S = 20.0  # the driver's start-up and its first (empty) batches, before the warm-up
@@ -103,6 +129,8 @@ def latency(
     settings: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
+    if kind in TABLE_KINDS:
+        return table_latency(env, lake, tag, rate, seconds, kind, settle_s, warmup_s, settings)
     floor = kind.startswith("floor")
     dsn = env["CDCPIPE_PG_DSN"]
     names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")
@@ -112,8 +140,10 @@ def latency(
     create_topic(env, topic)
     jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"latency_{tag}"
-    job_file(jobs, name, "event_log" if floor else kind, topic, "1s", settings)
+    job_file(jobs, name, "event_log" if floor or kind == "event_log_no_metrics" else kind, topic, "1s", settings)
     job_env = {**env, "CDCPIPE_LAKE": str(lake), "CDCPIPE_JOBS_DIRS": str(jobs)}
+    if kind == "event_log_no_metrics":
+        job_env["CDCPIPE_METRICS"] = "false"
     relay_env = {
         **env,
         "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
@@ -145,26 +175,9 @@ def latency(
     )
     try:
         wait_leader(dsn, names, relay.pid)
-        time.sleep(settle_s)
-        table = lake / name
-        # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
-        # user waits for on any given event. Warm it with the same load first; measure only what follows.
-        warmup = _generate(dsn, names, rate, warmup_s)
-        _wait_applied(env, topic, checkpoint, table, kind, warmup["events"])
-        start_ns = time.time_ns() + 1_000_000_000
-        watching = threading.Event()
-        batches: dict[int, dict[str, Any]] = {}
-        watcher = threading.Thread(target=_watch_batches, args=(checkpoint, batches, watching))
-        watcher.start()
-        cpu_before, cpu_began = _cpu_ticks(), time.monotonic()
-        try:
-            generated = _generate(dsn, names, rate, seconds, start_ns)
-            cpu = _cpu_shares(cpu_before, _cpu_ticks(), time.monotonic() - cpu_began, relay.pid, driver.pid)
-            expected = warmup["events"] + generated["events"]
-            applied = _wait_applied(env, topic, checkpoint, table, kind, expected)
-        finally:
-            watching.set()
-            watcher.join()
+        measured = _measure(
+            env, outbox_load(names), topic, driver.pid, relay.pid, lake, name, kind, rate, seconds, settle_s, warmup_s
+        )
     finally:
         driver.send_signal(signal.SIGTERM)
         driver.wait(180)
@@ -174,21 +187,229 @@ def latency(
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
+    return {"kind": kind, "job_settings": list(settings), **measured}
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A table of this run's own, captured with `cdcpipe tables add` in folders of its own, and its job."""
+
+    env: dict[str, str]  # the run's user: its folders, connector, slot, publication, topic prefix, lake
+    table: sql.Identifier
+    job: str
+    topic: str
+
+
+@contextlib.contextmanager
+def captured(
+    env: dict[str, str], lake: LakePath, tag: str, what: str, settings: tuple[str, ...] = ()
+) -> Iterator[Captured]:
+    """An empty application table (common.TABLE_COLUMNS), `tables add --<what>` run on it; all removed after.
+
+    `settings`: more keys of the job's definition, after what `add` wrote.
+    """
+    dsn = env["CDCPIPE_PG_DSN"]
+    home = RESULTS / f"_bench_tables_{tag}"
+    folders = {name: home / name for name in ("contracts", "topics", "jobs", "connectors")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    connector, prefix, table = f"jobs-bench-{tag}", f"jb_{tag}", f"jb_{tag}"
+    ident = sql.Identifier("public", table)
+    names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")  # where `tables add` finds Debezium's signal table
+    user = {
+        **env,
+        "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
+        "CDCPIPE_TABLES_PUBLICATION": f"pub_{prefix}",
+        "CDCPIPE_CAPTURE_CONNECTOR": connector,
+        "CDCPIPE_CAPTURE_TOPIC_PREFIX": prefix,
+        "CDCPIPE_CAPTURE_SLOT": f"slot_{prefix}",
+        "CDCPIPE_TABLE_CONTRACT_DIRS": str(folders["contracts"]),
+        "CDCPIPE_TOPICS_DIR": str(folders["topics"]),
+        "CDCPIPE_JOBS_DIRS": str(folders["jobs"]),
+        "CDCPIPE_CONNECTORS_DIR": str(folders["connectors"]),
+        "CDCPIPE_LAKE": str(lake),
+    }
+    schema = SchemaSettings.load(
+        pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}", tables_publication=user["CDCPIPE_TABLES_PUBLICATION"]
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(ident, sql.SQL(TABLE_COLUMNS)))
+    try:
+        with psycopg.connect(dsn) as conn:
+            schema_outbox.apply(conn, names, schema)
+        cdcpipe(user, "tables", "add", f"public.{table}", f"--{what}")
+        job = f"{table}_{what}"
+        with (folders["jobs"] / f"{job}.toml").open("a") as definition:
+            definition.write("".join(f"{line}\n" for line in settings))
+        yield Captured(user, ident, job, f"{prefix}.public.{table}")
+    finally:
+        command = ["connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes"]
+        subprocess.run([sys.executable, "-m", "cdcpipe", *command], env=user, capture_output=True, check=False)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
+        shutil.rmtree(home, ignore_errors=True)
+        # The table's topic (`tables add` made it), and those Connect made for the connector's own prefixes.
+        admin = AdminClient(env_kafka(env).client_config())
+        own = (f"{prefix}.", f"__debezium-heartbeat.{prefix}")
+        made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(own)]
+        for future in admin.delete_topics(made).values() if made else []:
+            with contextlib.suppress(Exception):
+                future.result(30)
+
+
+def table_latency(
+    env: dict[str, str],
+    lake: LakePath,
+    tag: str,
+    rate: int,
+    seconds: float,
+    kind: str,
+    settle_s: float = SETTLE_S,
+    warmup_s: float = WARMUP_S,
+    settings: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Commit in Postgres -> row visible in Delta, through Debezium's table connector and a mirror or history job.
+
+    The source is an application's table (common.table_load: upserts of `KEYS` rows), captured as a user
+    captures one (`captured`). The job runs from the file `tables add` wrote, in its own driver.
+    """
+    with captured(env, lake, tag, kind.removeprefix("table_"), settings) as source:
+        # The job runs as `cdcpipe jobs submit` runs it: its own driver process.
+        with (RESULTS / "jobs_bench_job.log").open("wb") as log:
+            driver = subprocess.Popen(
+                [sys.executable, "-m", "streaming_jobs.run.runner", source.job],
+                env=source.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            load = table_load(source.table, KEYS)
+            measured = _measure(
+                source.env, load, source.topic, driver.pid, 0, lake, source.job, kind, rate, seconds, settle_s, warmup_s
+            )
+        finally:
+            driver.send_signal(signal.SIGTERM)
+            driver.wait(180)
+    return {"kind": kind, "job_settings": list(settings), "keys": KEYS, **measured}
+
+
+def table_throughput(env: dict[str, str], lake: LakePath, tag: str, changes: int) -> dict[str, Any]:
+    """A mirror draining a backlog: `changes` upserts in the topic (through Debezium), one available-now run.
+
+    The changes are committed in transactions of 10,000 (half inserts, half updates of those rows); once the
+    topic holds them all, the mirror job runs once over them. Events/s of its batches (Spark's
+    processedRowsPerSecond, the median) and of the whole run including the driver's start.
+    """
+    with captured(env, lake, tag, "mirror") as source:
+        load = table_load(source.table, max(1, changes // 2))
+        began_load = time.monotonic()
+        with psycopg.connect(env["CDCPIPE_PG_DSN"]) as conn:
+            for first in range(0, changes, 10_000):
+                with conn.cursor() as cur:
+                    cur.executemany(load.insert, [load.row(k, k) for k in range(first, min(changes, first + 10_000))])
+                conn.commit()
+        published = _wait_published(env, source.topic, changes)
+        load_s = time.monotonic() - began_load
+        began = time.monotonic()
+        ran = subprocess.run(
+            [sys.executable, "-m", "streaming_jobs.run.runner", source.job, "--trigger", "available-now"],
+            env=source.env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wall = time.monotonic() - began
+        if ran.returncode != 0:
+            raise SystemExit(f"the mirror's available-now run failed:\n{ran.stderr[-3000:]}")
+        progress = json.loads((lake / "_checkpoints" / source.job / PROGRESS_FILE).read_text())
+    return {
+        "changes": changes,
+        "published": published,
+        "committed_and_published_s": round(load_s, 1),
+        "applied": progress.get("applied"),
+        "last_batch_rows_per_s": round(float((progress.get("progress") or {}).get("processedRowsPerSecond", 0))),
+        "run_s": round(wall, 1),
+        "run_changes_per_s": round(changes / wall),
+    }
+
+
+def _wait_published(env: dict[str, str], topic: str, count: int, timeout_s: float = 600) -> int:
+    """The records in `topic` once it holds `count` (or at the timeout)."""
+    consumer = Consumer(env_kafka(env).client_config(**{"group.id": f"jobs-bench-{uuid.uuid4().hex[:8]}"}))
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        deadline, held = time.monotonic() + timeout_s, 0
+        while time.monotonic() < deadline:
+            held = sum(
+                high - low
+                for low, high in (consumer.get_watermark_offsets(TopicPartition(topic, p), 10) for p in partitions)
+            )
+            if held >= count:
+                break
+            time.sleep(0.5)
+        return held
+    finally:
+        consumer.close()
+
+
+def _measure(
+    env: dict[str, str],
+    load: Load,
+    topic: str,
+    driver: int,
+    publisher: int,
+    lake: LakePath,
+    name: str,
+    kind: str,
+    rate: int,
+    seconds: float,
+    settle_s: float,
+    warmup_s: float,
+) -> dict[str, Any]:
+    """Warm the running job with `load` at `rate`, then measure `seconds` of it: latency, batches, CPU.
+
+    `driver`: the job's pid; `publisher`: the relay's (0: none, Debezium's Connect publishes).
+    """
+    dsn = env["CDCPIPE_PG_DSN"]
+    checkpoint = lake / "_checkpoints" / name
+    table = lake / name
+    time.sleep(settle_s)
+    # A job runs for days: its first batches (JVM warm-up, the Kafka consumer's start) are not what a
+    # user waits for on any given event. Warm it with the same load first; measure only what follows.
+    warmup = _generate(dsn, load, rate, warmup_s)
+    _wait_applied(env, topic, checkpoint, table, kind, warmup["events"])
+    start_ns = time.time_ns() + 1_000_000_000
+    watching = threading.Event()
+    batches: dict[int, dict[str, Any]] = {}
+    watcher = threading.Thread(target=_watch_batches, args=(checkpoint, batches, watching))
+    watcher.start()
+    cpu_before, cpu_began = _cpu_ticks(), time.monotonic()
+    try:
+        generated = _generate(dsn, load, rate, seconds, start_ns)
+        cpu = _cpu_shares(cpu_before, _cpu_ticks(), time.monotonic() - cpu_began, publisher, driver)
+        expected = warmup["events"] + generated["events"]
+        applied = _wait_applied(env, topic, checkpoint, table, kind, expected)
+    finally:
+        watching.set()
+        watcher.join()
     first_seen: dict[int, float] = {}
-    for scheduled_ns, visible in _visible_at(table):
+    for scheduled_ns, visible in _visible_at(table, "t" if kind in TABLE_KINDS else "payload"):
         # A MERGE rewrites the rows that share a file with the ones it changes: the first commit counts.
         first_seen[scheduled_ns] = min(visible, first_seen.get(scheduled_ns, visible))
+    # The warm-up's events are not measured. A mirror keeps one version of a row per batch: a change that
+    # another of the same row followed in its batch is never visible, and not counted (`superseded`).
     seconds_each = [
         visible - scheduled_ns / 1e9 for scheduled_ns, visible in first_seen.items() if scheduled_ns >= start_ns
-    ]  # the warm-up's events are not measured
+    ]
     commits = _commit_times(table)
     return {
-        "kind": kind,
-        "job_settings": list(settings),  # as the job's definition had them
         "rate_per_s": rate,
         "seconds": seconds,
         "generated": generated,
         "applied": applied,
+        "superseded": generated["events"] - len(seconds_each),
         "latency_s": {
             "p50": round(percentile(seconds_each, 50), 3),
             "p99": round(percentile(seconds_each, 99), 3),
@@ -202,6 +423,7 @@ def latency(
         "batch_duration_by_minute_ms": _by_minute(batches),
         "slowest_batches": _slowest(batches, commits),
         "cpu_percent_of_one_core_while_generating": cpu,
+        "_latencies_s": sorted(seconds_each),  # for the plot, not the JSON
     }
 
 
@@ -252,7 +474,7 @@ def _cpu_shares(
         elif "kafka.Kafka" in command:
             group = "kafka broker"
         elif "ConnectDistributed" in command:
-            group = "kafka connect (idle)"
+            group = "kafka connect"
         elif descends(pid, os.getpid()):
             group = "bench"
         else:
@@ -398,10 +620,10 @@ def _by_minute(batches: dict[int, dict[str, Any]]) -> list[float]:
     return [round(statistics.median(v)) for _, v in sorted(minutes.items())]
 
 
-def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns: int | None = None) -> dict[str, Any]:
-    """Commit `rate` events/s for `seconds` into the outbox, open loop, from its own process; its report."""
+def _generate(dsn: str, load: Load, rate: int, seconds: float, start_ns: int | None = None) -> dict[str, Any]:
+    """Commit `rate` events/s for `seconds` (an outbox's, a table's), open loop, from its own process; its report."""
     # measured_from 0: every transaction of this run counts (the warm-up is a run of its own).
-    result = Generator(dsn, names, rate, seconds, start_ns or time.time_ns() + 1_000_000_000).report()
+    result = Generator(dsn, load, rate, seconds, start_ns or time.time_ns() + 1_000_000_000).report()
     result.pop("commits")  # per-transaction times, for the relay bench's second histogram; not wanted here
     return result
 
@@ -409,19 +631,18 @@ def _generate(dsn: str, names: OutboxNames, rate: int, seconds: float, start_ns:
 def _wait_applied(
     env: dict[str, str], topic: str, checkpoint: LakePath, table: LakePath, kind: str, expected: int
 ) -> int:
-    """Wait until the job applied the `expected` events: rows of an append, offsets of a latest-state job."""
-    if kind != "latest_state":
+    """Wait until the job applied the `expected` events: rows of an append, offsets of a MERGE kind's job."""
+    if kind != "latest_state" and kind not in TABLE_KINDS:
         return _wait_rows(table, expected)
-    # A MERGE keeps one row per aggregate: wait for the topic's records (every event published) to be read
+    # A MERGE keeps one row per key: wait for the topic's records (every event published) to be read
     # by a batch the job committed.
     consumer = Consumer(env_kafka(env).client_config(**{"group.id": f"jobs-bench-{uuid.uuid4().hex[:8]}"}))
     try:
         deadline = time.monotonic() + 180
         ends: dict[tuple[str, int], int] = {}
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         while time.monotonic() < deadline:
-            ends = {
-                (topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in range(PARTITIONS)
-            }
+            ends = {(topic, p): consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions}
             if sum(ends.values()) >= expected:
                 break
             time.sleep(0.5)
@@ -458,8 +679,10 @@ def _wait_rows(table: LakePath, expected: int, timeout_s: float = 120) -> int:
     return count
 
 
-def _visible_at(table: LakePath) -> list[tuple[int, float]]:
+def _visible_at(table: LakePath, column: str) -> list[tuple[int, float]]:
     """(scheduled commit ns, when a reader could first see the row) for every row of the table.
+
+    `column`: where a row holds its scheduled time: `payload` (an event's JSON, `{"t": ns, ...}`) or `t`.
 
     A row becomes visible when the Delta commit file that adds its data file is written: that file's
     modification time (on an object store, the object's LastModified), read from the log itself. Not the
@@ -475,8 +698,11 @@ def _visible_at(table: LakePath) -> list[tuple[int, float]]:
             if add is None or not add.get("dataChange", True):
                 continue  # a compaction rewrites rows that were visible before
             data_fs, data = (table / unquote(add["path"])).filesystem()
-            for payload in pq.read_table(data, columns=["payload"], filesystem=data_fs).column(0).to_pylist():
-                text = str(payload)
+            for value in pq.read_table(data, columns=[column], filesystem=data_fs).column(0).to_pylist():
+                if column == "t":
+                    out.append((int(value), visible))
+                    continue
+                text = str(value)
                 out.append((int(text[text.index(":") + 1 : text.index(",")]), visible))
     return out
 
@@ -512,21 +738,31 @@ LAKES = {"local": "CDCPIPE_LOCAL_LAKE", "s3": "CDCPIPE_S3_LAKE"}  # what `stack 
 
 
 def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per kind, the median over the runs of p50, p99 and max; and of the event log's p50 over the floor's."""
+    """Per kind, the median over the runs of p50, p99 and max; and of p50 ratios taken within each run.
+
+    `<kind>_p50_over_floor_p50`: each kind against the bare append; `event_log_p50_over_<floor>_p50` for
+    both floors; `event_log_p50_over_event_log_no_metrics_p50`: what the job's metrics cost.
+    """
     out: dict[str, Any] = {}
     for kind in KINDS:
         figures = [r[kind]["latency_s"] for r in runs if (r.get(kind) or {}).get("latency_s")]
         if figures:
             out[kind] = {k: round(statistics.median(f[k] for f in figures), 3) for k in ("p50", "p99", "max")}
-    for floor in ("floor", "floor_one_task_per_core"):
-        ratios = [
-            r["event_log"]["latency_s"]["p50"] / r[floor]["latency_s"]["p50"]
+    pairs = [
+        ("event_log", "floor"),
+        ("event_log", "floor_one_task_per_core"),
+        ("event_log", "event_log_no_metrics"),
+        *((kind, "floor") for kind in ("latest_state", *TABLE_KINDS)),
+    ]
+    for kind, base in pairs:
+        found = [
+            r[kind]["latency_s"]["p50"] / r[base]["latency_s"]["p50"]
             for r in runs
-            if (r.get("event_log") or {}).get("latency_s") and (r.get(floor) or {}).get("latency_s")
+            if (r.get(kind) or {}).get("latency_s") and (r.get(base) or {}).get("latency_s")
         ]
-        if ratios:
-            out[f"event_log_p50_over_{floor}_p50"] = round(statistics.median(ratios), 2)
-            out[f"event_log_p50_over_{floor}_p50_each_run"] = [round(x, 2) for x in ratios]
+        if found:
+            out[f"{kind}_p50_over_{base}_p50"] = round(statistics.median(found), 2)
+            out[f"{kind}_p50_over_{base}_p50_each_run"] = [round(x, 2) for x in found]
     return out
 
 
@@ -559,7 +795,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="latency runs of each kind; figures are their medians")
     parser.add_argument("--s3-runs", type=int, help="latency runs on the s3 lake (default: --runs)")
     parser.add_argument(
-        "--kinds", default="event_log,latest_state,floor", help=f"comma-separated of {', '.join(KINDS)}"
+        "--kinds",
+        default="event_log,latest_state,table_mirror,table_history,floor",
+        help=f"comma-separated of {', '.join(KINDS)}",
     )
     parser.add_argument("--events", type=int, default=200_000, help="throughput: events in the topic (0: skip)")
     parser.add_argument("--lakes", default="local,s3", help="comma-separated: local (a folder), s3 (the object store)")
@@ -567,8 +805,9 @@ def main() -> None:
         "--drift-minutes",
         type=float,
         default=0,
-        help="instead: one event-log job for this long at --rate, batch duration per minute (jobs_drift.json)",
+        help="instead: one job (--drift-kind) for this long at --rate, batch duration per minute (jobs_drift.json)",
     )
+    parser.add_argument("--drift-kind", default="event_log", choices=KINDS, help="the job kind of a drift run")
     parser.add_argument(
         "--settle-s", type=float, default=SETTLE_S, help="seconds a driver gets to start before the warm-up"
     )
@@ -587,7 +826,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
     chosen = [lake.strip() for lake in args.lakes.split(",") if lake.strip()]
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
@@ -613,11 +852,12 @@ def main() -> None:
                         f"{tag}{index}d",
                         args.rate,
                         60 * args.drift_minutes,
-                        "event_log",
+                        args.drift_kind,
                         args.settle_s,
                         args.warmup_s,
                         settings,
                     )
+                    run.pop("_latencies_s", None)
                     by_minute = run["batch_duration_by_minute_ms"]
                     result[name] = {
                         "lake": str(lake),
@@ -637,9 +877,15 @@ def main() -> None:
                         )
                     runs.append(measured)
                 result[name] = {"lake": str(lake), "medians": medians(runs), "runs": runs}
+                plot(runs[-1], RESULTS / f"jobs_latency_{name}.png", args.rate)
+                for measured in runs:
+                    for run in measured.values():
+                        run.pop("_latencies_s", None)
                 if args.events:
                     topics.append(f"jobs.{tag}{index}.throughput")
                     result[name]["throughput"] = throughput(env, lake, f"{tag}{index}", args.events)
+                    if any(kind in TABLE_KINDS for kind in kinds):
+                        result[name]["mirror_throughput"] = table_throughput(env, lake, f"{tag}{index}t", args.events)
             finally:
                 if not args.keep_lake:
                     lake.delete_tree()
@@ -660,6 +906,30 @@ def main() -> None:
         json.dumps(result, indent=2) + "\n"
     )
     print(json.dumps(result, indent=2))
+
+
+def plot(run: dict[str, dict[str, Any]], path: Path, rate: int) -> None:
+    """Each kind's latency by percentile in one run (the kinds took turns): where a user's table stands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for kind, measured in run.items():
+        seconds = measured.get("_latencies_s") or []
+        if not seconds:
+            continue
+        ax.plot([100 * (i + 1) / len(seconds) for i in range(len(seconds))], seconds, label=kind)
+    ax.set_xlabel("percentile of the measured events")
+    ax.set_ylabel("commit (scheduled) -> visible in Delta, s")
+    ax.set_yscale("log")
+    ax.set_title(f"commit -> Delta latency by job kind, {rate:,} changes/s, trigger 1 s (2 shared cores)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _last_over_first(by_minute: list[float]) -> float | None:

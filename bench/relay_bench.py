@@ -5,7 +5,9 @@
 Needs the stack running (`cdcpipe stack up`). Everything shares the machine's cores: Postgres, Kafka, the
 relay (its own process, as users run it), the load generator (its own process) and the consumer (here).
 
-- Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox.
+- Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox. The same
+  with a relay whose metrics are off (`relay_drain_metrics_off`, its own outbox; the two take turns):
+  `relay_drain_metrics_on_over_off` is what serving metrics (scraped every 5 s) costs a drain.
 - Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
   size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
   drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
@@ -53,6 +55,7 @@ from common import (
     drain,
     free_port,
     machine_busy_s,
+    outbox_load,
     payload,
     process_ticks,
     rss_mib,
@@ -325,7 +328,7 @@ def latency_run(
     measured_ns = start_ns + int(warmup_events * interval)
     sampler = RssSampler(publisher_pid)
     sampler.start()
-    generator = Generator(dsn, names, rate, warmup + seconds, start_ns, warmup_events)
+    generator = Generator(dsn, outbox_load(names), rate, warmup + seconds, start_ns, warmup_events)
     gc.collect()
     gc.freeze()  # the measuring loop should not pause to walk what the bench set up before it
     received = 0
@@ -552,10 +555,13 @@ def main() -> None:
     relay_names = OutboxNames.load(outbox_schema=f"bench_{tag}")
     debezium_names = OutboxNames.load(outbox_schema=f"bench_{tag}_dbz")
     ceiling_names = OutboxNames.load(outbox_schema=f"bench_{tag}_ceiling")
-    all_names = (relay_names, debezium_names, ceiling_names)
-    relay_topic, debezium_topic, ceiling_topic = (f"bench.{tag}.{p}.bench" for p in ("relay", "dbz", "ceiling"))
+    quiet_names = OutboxNames.load(outbox_schema=f"bench_{tag}_quiet")  # a relay of its own, metrics off
+    all_names = (relay_names, debezium_names, ceiling_names, quiet_names)
+    relay_topic, debezium_topic, ceiling_topic, quiet_topic = (
+        f"bench.{tag}.{p}.bench" for p in ("relay", "dbz", "ceiling", "quiet")
+    )
     kafka = kafka_security.client(stack)
-    create_bench_topics(kafka, [relay_topic, debezium_topic, ceiling_topic], PARTITIONS)
+    create_bench_topics(kafka, [relay_topic, debezium_topic, ceiling_topic, quiet_topic], PARTITIONS)
     password_file = Path(env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"])
     with psycopg.connect(dsn) as conn:
         for n in all_names:
@@ -568,7 +574,7 @@ def main() -> None:
             )
     pattern = f"bench.{tag}.relay.{{aggregatetype}}"
     relay_settings = RelaySettings.load(pg_dsn=dsn, kafka=kafka, topic_pattern=pattern, batch_size=BATCH)
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     metrics_port = free_port()
     log = RESULTS / "relay_bench_relay.log"
     log.write_text("")
@@ -592,19 +598,45 @@ def main() -> None:
         "batch_size": BATCH,
         "cores": os.cpu_count(),
     }
+    # The same relay with its metrics off (no port: nothing served, nothing scraped), on an outbox of its own.
+    quiet_env = {
+        **relay_env,
+        "CDCPIPE_OUTBOX_SCHEMA": quiet_names.outbox_schema,
+        "CDCPIPE_TOPIC_PATTERN": f"bench.{tag}.quiet.{{aggregatetype}}",
+        "CDCPIPE_METRICS_PORT": "0",
+    }
     runs: list[dict[str, Any]] = []
     debezium_name: str | None = None
     try:
         relay = start_relay(relay_env, log)
+        quiet = start_relay(quiet_env, log)
         try:
             wait_leader(dsn, relay_names, relay.pid)
+            wait_leader(dsn, quiet_names, quiet.pid)
             result["relay_idle_rss_mib"] = round(rss_mib(relay.pid), 1)
-            rounds: dict[str, list[dict[str, Any]]] = {"ceiling_postgres": [], "ceiling_kafka": [], "relay_drain": []}
-            for _ in range(args.rounds):
+            rounds: dict[str, list[dict[str, Any]]] = {
+                "ceiling_postgres": [],
+                "ceiling_kafka": [],
+                "relay_drain": [],
+                "relay_drain_metrics_off": [],
+            }
+            for r in range(args.rounds):
                 rounds["ceiling_postgres"].append(postgres_ceiling(dsn, ceiling_names, args.events))
                 rounds["ceiling_kafka"].append(kafka_ceiling(relay_settings, ceiling_topic, args.events))
-                rounds["relay_drain"].append(drain(dsn, relay_names, kafka, relay_topic, args.events, relay.pid))
+                # Metrics on and off take turns, the first changing from round to round.
+                drains = [
+                    ("relay_drain", relay_names, relay_topic, relay.pid),
+                    ("relay_drain_metrics_off", quiet_names, quiet_topic, quiet.pid),
+                ]
+                for name, names, topic, pid in drains if r % 2 == 0 else drains[::-1]:
+                    rounds[name].append(drain(dsn, names, kafka, topic, args.events, pid))
             result.update({name: medians(runs_of) for name, runs_of in rounds.items()})
+            on_over_off = [
+                on["events_per_s"] / off["events_per_s"]
+                for on, off in zip(rounds["relay_drain"], rounds["relay_drain_metrics_off"], strict=True)
+            ]
+            result["relay_drain_metrics_on_over_off"] = round(statistics.median(on_over_off), 3)
+            result["relay_drain_metrics_on_over_off_per_round"] = [round(x, 3) for x in on_over_off]
             for rate in rates:
                 before = stage_totals(metrics_port)
                 run = latency_run(
@@ -621,8 +653,10 @@ def main() -> None:
                 run["relay_batches"] = stage_means(before, stage_totals(metrics_port))
                 runs.append({"publisher": "relay", **run})
         finally:
-            relay.send_signal(signal.SIGTERM)
-            relay.wait(60)
+            for process in (relay, quiet):
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(60)
         if not args.no_debezium:
             with ConnectClient(connect_settings) as connect:
                 debezium_name = start_debezium(connect, connect_settings, debezium_names, tag, f"bench.{tag}.dbz.")
@@ -650,7 +684,7 @@ def main() -> None:
             for n in all_names:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n.outbox_schema)))
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{n.outbox_schema}")))
-        AdminClient(kafka.client_config()).delete_topics([relay_topic, debezium_topic, ceiling_topic])
+        AdminClient(kafka.client_config()).delete_topics([relay_topic, debezium_topic, ceiling_topic, quiet_topic])
     lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
     result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
     result["relay_drain"]["ratio_to_lower_ceiling_per_round"] = [

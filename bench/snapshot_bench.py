@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from common import RESULTS, stack_env
+from common import RESULTS, cdcpipe, stack_env
 from confluent_kafka import Consumer, TopicPartition
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -44,15 +44,6 @@ from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
 
 CHUNK_ROWS = 1024  # Debezium's incremental.snapshot.chunk.size default, which `tables add` keeps
-
-
-def cdcpipe(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cdcpipe", *args], env=env, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"cdcpipe {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-    return done.stdout
 
 
 def create_table(dsn: str, table: str, rows: int) -> float:

@@ -4,8 +4,8 @@ A change is `{"before": row, "after": row, "source": {..., "lsn": n, "ts_ms": t}
 its Connect schema (`{"schema": ..., "payload": change}`) by the table connector, or bare. Each set of changes
 with one row shape is read with that shape (streaming_jobs.schema_change) into the columns and Delta types of
 the job's contract; a bare change is read with the contract's own shape. Changes are ordered as their
-transactions committed (`position`), then by the Kafka offset. The tombstone Debezium sends after a delete carries nothing the
-delete did not already say, so it is dropped, not dead-lettered.
+transactions committed (`position`), then by the Kafka offset. The tombstone Debezium sends after a delete
+carries nothing the delete did not already say, so it is dropped, not dead-lettered.
 
 An unchanged TOASTed value (a large text, jsonb or bytea the update did not touch, under the default replica
 identity) arrives as Debezium's placeholder: it is never a value. The column is null here and named in
@@ -94,8 +94,7 @@ def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | N
     `plans` (streaming_jobs.schema_change.apply.reconcile) says how each shape in `records` (a `_shape` column,
     apply.with_shape) is read.
     Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _commit_lsn
-    (`position`), _source_ts,
-    _unavailable, the Kafka coordinates, the raw bytes, and `error`.
+    (`position`), _source_ts, _unavailable, the Kafka coordinates, the raw bytes, and `error`.
     """
     parts = []
     for shape_hash, plan in plans.items():

@@ -1,4 +1,4 @@
-"""The table kinds: a mirror of a captured table (SCD type 1) and its history (SCD type 2), in WAL order.
+"""The table kinds: a mirror of a captured table (SCD type 1) and its history (SCD type 2), in commit order.
 
 Both key on the table's primary key (from its row contract) and order a key's changes as their transactions
 committed, then by LSN (`_commit_lsn`, `_lsn`: classify.table_changes.position), then Kafka offset. Each

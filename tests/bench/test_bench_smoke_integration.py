@@ -24,10 +24,12 @@ SMOKE_VARIANTS = "floor_marker,job_one_task_per_core"
 ON_A_RUNNING_STACK = [
     (
         "jobs_bench",
-        # latest_state runs the same harness with another job kind; the smoke run leaves it out for time.
+        # latest_state runs the same harness as the event log with another job kind, event_log_no_metrics with
+        # one setting changed, table_mirror as table_history does (a mirror runs in the throughput part): the
+        # smoke run leaves them out for time.
         [
             *("--rate", "200", "--seconds", "3", "--runs", "1", "--events", "2000", "--lakes", "local"),
-            *("--settle-s", "3", "--warmup-s", "2", "--kinds", "event_log,floor"),
+            *("--settle-s", "3", "--warmup-s", "2", "--kinds", "event_log,floor,table_history"),
         ],
         "jobs.json",
         ["local"],
@@ -36,7 +38,7 @@ ON_A_RUNNING_STACK = [
         "relay_bench",
         ["--events", "2000", "--rounds", "1", "--rates", "200", "--seconds", "2", "--warmup", "1"],
         "relay.json",
-        ["relay_drain", "debezium_drain", "latency"],
+        ["relay_drain", "relay_drain_metrics_off", "relay_drain_metrics_on_over_off", "debezium_drain", "latency"],
     ),
     (
         "catch_up_bench",
@@ -57,15 +59,6 @@ ON_A_RUNNING_STACK = [
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
-    (
-        "metrics_cost",
-        [
-            *("--events", "2000", "--rounds", "1", "--rate", "200", "--seconds", "3"),
-            *("--warmup-s", "2", "--settle-s", "3"),
-        ],
-        "metrics_cost.json",
-        ["relay_drain_events_per_s", "job_latency_p50_s", "job_latency_p99_s"],
-    ),
     # Each variant is a driver of its own (about 30 s).
     (
         "batch_bench",
@@ -99,9 +92,6 @@ def test_a_bench_runs_and_reports(
     if name == "snapshot_bench":
         assert report["passed"], report
         assert report["mirror_rows_differing_from_the_table"] == 0
-    if name == "metrics_cost":
-        assert [set(r) for r in report["relay_rounds"] + report["job_rounds"]] == [{"on", "off"}] * 2
-        assert all(r[m]["applied"] for r in report["job_rounds"] for m in ("on", "off")), report["job_rounds"]
     if name == "batch_bench":
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())
@@ -111,6 +101,14 @@ def test_a_bench_runs_and_reports(
         assert report["local"]["drift"]["slowest_batches"][0]["split_ms"], "no cycle split of the slowest batch"
     elif name == "jobs_bench":
         assert {"medians", "runs", "throughput"} <= set(report["local"])
-        assert {"event_log", "floor"} <= set(report["local"]["medians"]), report["local"]["medians"]
-        assert report["local"]["medians"]["event_log_p50_over_floor_p50"] > 0
+        medians = report["local"]["medians"]
+        assert {"event_log", "floor", "table_history"} <= set(medians), medians
+        assert medians["event_log_p50_over_floor_p50"] > 0
+        assert medians["table_history_p50_over_floor_p50"] > 0
+        history = report["local"]["runs"][0]["table_history"]
+        assert history["superseded"] == 0, "the history keeps every version: each change is measured"
+        assert history["applied"] >= history["generated"]["events"]
+        mirror = report["local"]["mirror_throughput"]
+        assert mirror["published"] == 2000
+        assert mirror["applied"] == 1000, "2,000 changes of 1,000 rows: the mirror's batch applies one per row"
         assert report["local"]["runs"][0]["event_log"]["cycle_ms_median"], "no cycle split for the event log"

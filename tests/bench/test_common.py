@@ -15,7 +15,9 @@ REFUSED = "postgresql://nobody@127.0.0.1:9/none"  # nothing listens on port 9: t
 
 
 def test_a_generator_that_failed_is_said_at_once_not_waited_for() -> None:
-    generator = common.Generator(REFUSED, OutboxNames(), rate=10, seconds=60, start_ns=time.time_ns())
+    generator = common.Generator(
+        REFUSED, common.outbox_load(OutboxNames()), rate=10, seconds=60, start_ns=time.time_ns()
+    )
     began = time.monotonic()
     with pytest.raises(SystemExit, match="without its report"):
         generator.report()
@@ -23,7 +25,9 @@ def test_a_generator_that_failed_is_said_at_once_not_waited_for() -> None:
 
 
 def test_a_generator_stopped_mid_run_ends_within_its_bound() -> None:
-    generator = common.Generator(REFUSED, OutboxNames(), rate=10, seconds=60, start_ns=time.time_ns() + 10**12)
+    generator = common.Generator(
+        REFUSED, common.outbox_load(OutboxNames()), rate=10, seconds=60, start_ns=time.time_ns() + 10**12
+    )
     began = time.monotonic()
     generator.stop()
     assert not generator.process.is_alive()
