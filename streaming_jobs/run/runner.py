@@ -150,11 +150,12 @@ def run(
                     query.awaitTermination(1)
                     # Written when it changed (a batch ran, or Spark's idle report every 10 s), not every second:
                     # on an object store each write is a request, for every running job.
-                    # Fetched and rendered once per tick: each fetch is a call into the JVM, and one report
-                    # keyed, written and measured cannot be three reports if a batch ends in between.
-                    progress = rendered_progress(query.lastProgress)
-                    seen = _progress_key(progress, counts)
+                    # Fetched once per tick (a call into the JVM), rendered only when new: one report keyed,
+                    # written and measured, never three if a batch ends in between.
+                    latest = query.lastProgress
+                    seen = _progress_key(latest, counts)
                     if seen != written:
+                        progress = rendered_progress(latest)
                         write_progress(checkpoint, progress, counts, running=True, batch=last_batch)
                         metrics.after_progress(progress)
                         written = seen
@@ -179,9 +180,9 @@ def run(
         spark.stop()
 
 
-def _progress_key(progress: dict[str, Any] | None, counts: dict[str, int]) -> tuple[object, ...]:
+def _progress_key(progress: Any, counts: dict[str, int]) -> tuple[object, ...]:
     """What makes a progress report new: Spark's own report (its time and batch), or our counts."""
-    stamp = (progress.get("timestamp"), progress.get("batchId")) if progress else (None, None)
+    stamp = (getattr(progress, "timestamp", None), getattr(progress, "batchId", None)) if progress else (None, None)
     return (*stamp, *sorted(counts.items()))
 
 
