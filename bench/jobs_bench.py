@@ -84,6 +84,15 @@ from streaming_jobs.once.checkpoints import PROGRESS_FILE, committed_offsets
 WARMUP_S = 180.0
 
 
+@contextlib.contextmanager
+def stage(what: str) -> Iterator[None]:
+    """Say on stderr where a run is and how long each part took (a run takes minutes; the JSON holds figures)."""
+    began = time.monotonic()
+    print(f"jobs_bench: {what} ...", file=sys.stderr, flush=True)
+    yield
+    print(f"jobs_bench: {what}: {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+
+
 def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str, settings: tuple[str, ...] = ()) -> None:
     """A job definition; `settings`: more of its keys as TOML lines (`optimize_every = 0`), a lever to measure."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -872,9 +881,18 @@ def main() -> None:
                     for kind in kinds:
                         run_tag = f"{tag}{index}{KINDS.index(kind)}{r}"  # the floors share a first letter
                         topics.append(f"jobs.{run_tag}.bench")
-                        measured[kind] = latency(
-                            env, lake, run_tag, args.rate, args.seconds, kind, args.settle_s, args.warmup_s, settings
-                        )
+                        with stage(f"{name} run {r + 1}: {kind} latency"):
+                            measured[kind] = latency(
+                                env,
+                                lake,
+                                run_tag,
+                                args.rate,
+                                args.seconds,
+                                kind,
+                                args.settle_s,
+                                args.warmup_s,
+                                settings,
+                            )
                     runs.append(measured)
                 result[name] = {"lake": str(lake), "medians": medians(runs), "runs": runs}
                 plot(runs[-1], RESULTS / f"jobs_latency_{name}.png", args.rate)
@@ -883,9 +901,13 @@ def main() -> None:
                         run.pop("_latencies_s", None)
                 if args.events:
                     topics.append(f"jobs.{tag}{index}.throughput")
-                    result[name]["throughput"] = throughput(env, lake, f"{tag}{index}", args.events)
+                    with stage(f"{name}: latest_state throughput"):
+                        result[name]["throughput"] = throughput(env, lake, f"{tag}{index}", args.events)
                     if any(kind in TABLE_KINDS for kind in kinds):
-                        result[name]["mirror_throughput"] = table_throughput(env, lake, f"{tag}{index}t", args.events)
+                        with stage(f"{name}: table_mirror throughput"):
+                            result[name]["mirror_throughput"] = table_throughput(
+                                env, lake, f"{tag}{index}t", args.events
+                            )
             finally:
                 if not args.keep_lake:
                     lake.delete_tree()

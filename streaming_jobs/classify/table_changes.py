@@ -24,7 +24,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.contracts import CORRUPT
-from streaming_jobs.schema_change.apply import SCHEMA_TEXT, SHAPE, Plan
+from streaming_jobs.schema_change.apply import PAYLOAD, SHAPE, Plan
 from streaming_jobs.schema_change.shapes import Shape
 from streaming_jobs.schema_change.types import convert, parse_type, spark_type
 
@@ -63,26 +63,6 @@ def change_type(shape: Shape) -> StructType:
     )
 
 
-def _parsed(shape: Shape) -> Column:
-    """The change as a struct `c` would hold it: from the envelope's payload, or the bare JSON."""
-    value = F.col("value").cast("string")
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    if not shape.described:
-        return F.from_json(value, change_schema_of(shape), options)
-    envelope = StructType([StructField("payload", change_type(shape)), StructField(CORRUPT, StringType())])
-    return F.from_json(value, envelope, options)
-
-
-def _change(shape: Shape) -> Column:
-    """The parsed column `p` as the change `c`: parsed once in one projection, taken apart in the next."""
-    if not shape.described:
-        return F.col("p")
-    return F.struct(
-        *[F.col(f"p.payload.{f}").alias(f) for f in ("before", "after", "source", "op", "ts_ms")],
-        F.col(f"p.{CORRUPT}").alias(CORRUPT),
-    )
-
-
 def change_schema_of(shape: Shape) -> StructType:
     """A bare change of rows of this shape, with a column for records that do not parse."""
     return StructType([*change_type(shape).fields, StructField(CORRUPT, StringType())])
@@ -91,15 +71,16 @@ def change_schema_of(shape: Shape) -> StructType:
 def classify(records: DataFrame, contract: TableContract, plans: Mapping[int | None, Plan]) -> DataFrame:
     """Every change as the contract's columns, with `error` null for a valid one; tombstones are dropped.
 
-    `plans` (streaming_jobs.schema_change.apply.reconcile) says how each shape in `records` (a `_shape` column,
-    apply.with_shape) is read.
+    `records`: as streaming_jobs.schema_change.apply.slim gives them; `plans` (apply.reconcile) says how each
+    shape in them is read.
     Columns: the contract's columns, `event_id` (the key as JSON, `@`, the LSN), _op, _lsn, _commit_lsn
-    (`position`), _source_ts, _unavailable, the Kafka coordinates, the raw bytes, and `error`.
+    (`position`), _source_ts, _unavailable, the Kafka coordinates and `error`. Not the record's bytes: a dead
+    letter's are read again from Kafka (BatchContext.raw), as few batches have one.
     """
     parts = []
     for shape_hash, plan in plans.items():
-        mine = F.col(SCHEMA_TEXT).isNull() if shape_hash is None else F.col(SHAPE) == F.lit(shape_hash)
-        parts.append(_classify(records.where(F.col("value").isNotNull() & mine), contract, plan))
+        mine = F.col(SHAPE).isNull() if shape_hash is None else F.col(SHAPE) == F.lit(shape_hash)
+        parts.append(_classify(records.where(F.col(PAYLOAD).isNotNull() & mine), contract, plan))
     return functools.reduce(DataFrame.unionByName, parts)
 
 
@@ -122,16 +103,15 @@ def position() -> tuple[Column, Column]:
 
 
 def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFrame:
-    coordinates = ["raw_key", "raw_value", "topic", "kafka_partition", "kafka_offset", "kafka_timestamp"]
+    # The change alone, its schema cut off (apply.slim): the parser never walks the schema's kilobytes.
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     changes = records.select(
-        _parsed(plan.shape).alias("p"),
-        F.col("key").alias("raw_key"),
-        F.col("value").alias("raw_value"),
+        F.from_json(F.col(PAYLOAD), change_schema_of(plan.shape), options).alias("c"),
         "topic",
         F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-    ).select(_change(plan.shape).alias("c"), *coordinates)
+    )
     row = F.when(F.col("c.op") == "d", F.col("c.before")).otherwise(F.col("c.after"))
     commit, lsn = position()
     types = contract.types
@@ -184,8 +164,6 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
         (F.array_compact(F.array(*unavailable)) if unavailable else F.array().cast(ArrayType(StringType()))).alias(
             UNAVAILABLE
         ),
-        "raw_key",
-        "raw_value",
         "topic",
         "kafka_partition",
         "kafka_offset",

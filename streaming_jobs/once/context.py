@@ -107,6 +107,9 @@ class BatchContext:
     phases: Phases | None = None  # where the batch's time goes (a streaming job's batches)
     # A reduced range's records dropped as superseded (RECORD_COLUMNS): their ids are the table's too.
     superseded: DataFrame | None = None
+    # The table kinds: the batch's Kafka records as read. Their classified changes keep no bytes (a change's
+    # schema is most of them): a dead letter's key and value are read again from here.
+    raw: DataFrame | None = None
 
     @property
     def marker(self) -> tuple[str, int]:

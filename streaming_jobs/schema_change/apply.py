@@ -34,23 +34,47 @@ from streaming_jobs.schema_change.shapes import Shape, contract_shape, parse_sha
 log = logging.getLogger(__name__)
 
 CONTRACT_COPY = "_cdcpipe_contract.json"
-SCHEMA_TEXT = "_schema_text"
 SHAPE = "_shape"
+PAYLOAD = "_payload"
+_SCHEMA_TEXT = "_schema_text"
 _ENVELOPE = '{"schema":'
 _PAYLOAD = ',"payload":'
+# Each schema text met in this process, by its hash (`_shape`): a batch carries the text of a shape not in here
+# only. Never pruned, so a hash known when a batch is read is known when it is planned: a process meets few
+# shapes (one per version of each table its jobs read).
+_TEXTS: dict[int, str] = {}
 
 
-def with_shape(records: DataFrame) -> DataFrame:
-    """The records with their schema's text (null without one) and its hash, `_shape`.
+def slim(records: DataFrame) -> DataFrame:
+    """The Kafka records as the table kinds read them: the change without its schema, and the schema's hash.
 
-    The JSON converter writes `{"schema":{...},"payload":{...}}` with the schema first: the text before
-    `,"payload":` is the schema, without parsing the JSON (a schema holds no key named payload).
+    Columns: `raw_key`, the Kafka coordinates, `_payload` (the change's JSON: the envelope's payload, or the
+    bare value), `_shape` (a hash of the schema's text; null without one) and `_schema_text`, set only on a
+    record of a shape this process has not met. The JSON converter writes `{"schema":{...},"payload":{...}}`
+    with the schema first: both parts are cut at `,"payload":` without parsing (a schema holds no key named
+    payload). A change's schema is most of its bytes (a 7 KB schema for a 1.3 KB change is common) and the
+    same in every change of a shape, so a batch cached this way holds about a sixth of what it read.
     """
     value = F.col("value").cast("string")
-    text = F.when(
-        value.startswith(_ENVELOPE), F.substring_index(value, _PAYLOAD, 1).substr(len(_ENVELOPE) + 1, 1 << 30)
+    enveloped = value.startswith(_ENVELOPE)
+    cut = F.instr(value, _PAYLOAD)
+    start = len(_ENVELOPE) + 1
+    text = F.when(enveloped, value.substr(F.lit(start), cut - F.lit(start)))
+    shape = F.xxhash64(text)
+    after = cut + F.lit(len(_PAYLOAD))
+    # The payload runs to the envelope's closing brace, which it leaves out.
+    payload = F.when(enveloped, value.substr(after, F.length(value) - after)).otherwise(value)
+    known = list(_TEXTS)
+    return records.select(
+        F.col("key").alias("raw_key"),
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        payload.alias(PAYLOAD),
+        F.when(enveloped, shape).alias(SHAPE),
+        F.when(enveloped & ~shape.isin(known), text).alias(_SCHEMA_TEXT) if known else text.alias(_SCHEMA_TEXT),
     )
-    return records.withColumn(SCHEMA_TEXT, text).withColumn(SHAPE, F.xxhash64(F.col(SCHEMA_TEXT)))
 
 
 @dataclass(frozen=True)
@@ -66,21 +90,27 @@ class Observed:
 
 
 def observed(records: DataFrame) -> Observed:
-    """The batch's shapes and key field sets, in the one aggregation the batch pays for them."""
-    key_fields = F.array_join(F.array_sort(F.json_object_keys(F.col("key").cast("string"))), ",")
+    """The batch's shapes and key field sets (`records`: `slim`), in the one aggregation the batch pays for them."""
+    key_fields = F.array_join(F.array_sort(F.json_object_keys(F.col("raw_key").cast("string"))), ",")
     rows = (
-        records.where(F.col("value").isNotNull())
-        .groupBy(F.when(F.col(SCHEMA_TEXT).isNotNull(), F.col(SHAPE)).alias(SHAPE))
+        records.where(F.col(PAYLOAD).isNotNull())
+        .groupBy(SHAPE)
         .agg(
-            F.first(SCHEMA_TEXT).alias(SCHEMA_TEXT),
+            F.first(_SCHEMA_TEXT, ignorenulls=True).alias(_SCHEMA_TEXT),
             F.min("offset").alias("first"),
             F.collect_set(key_fields).alias("keys"),
         )
         .orderBy("first")
         .collect()
     )
+    shapes: list[tuple[int | None, str | None]] = []
+    for r in rows:
+        shape, text = r[SHAPE], r[_SCHEMA_TEXT]
+        if shape is not None and text is not None:
+            _TEXTS.setdefault(shape, text)
+        shapes.append((shape, None if shape is None else _TEXTS[shape]))
     keys = frozenset(tuple(k.split(",")) for r in rows for k in r["keys"] if k)
-    return Observed([(r[SHAPE], r[SCHEMA_TEXT]) for r in rows], keys)
+    return Observed(shapes, keys)
 
 
 @cache

@@ -126,20 +126,24 @@ def _positions(classified: DataFrame, timed: bool) -> Positions:
     return Positions(valid, table.num_rows - len(valid), held("read"), held("unsent"), source_times)
 
 
-def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame]:
-    """The batch's table changes, read shape by shape; the contract evolved first if the source's columns changed."""
-    shaped = schema_change.with_shape(records)
+def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext, DataFrame, DataFrame]:
+    """The batch's table changes, read shape by shape; the contract evolved first if the source's columns changed.
+
+    Kafka is read once: into a cache of the changes without their schemas (`slim`, the third value: unpersist
+    it once the changes are cached), which the shapes are found in and the changes classified from.
+    """
+    slim = schema_change.slim(records).cache()
     start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
     contract, plans = schema_change.reconcile(
         ctx.spark,
         ctx.job,
         ctx.table,
         start,
-        schema_change.observed(shaped),
+        schema_change.observed(slim),
         lambda: JobsSettings.load().source_pg_dsn,
         own,
     )
-    return replace(ctx, contract=contract), table_changes.classify(shaped, contract, plans)
+    return replace(ctx, contract=contract, raw=records), table_changes.classify(slim, contract, plans), slim
 
 
 def handle_batch(
@@ -175,11 +179,12 @@ def handle_batch(
             # fixed costs (its launch, its own data file and that file's statistics) outweigh its records. The
             # partitions are joined, not shuffled: each keeps its records in offset order.
             fresh = fresh.coalesce(ctx.spark.sparkContext.defaultParallelism)
+        slim: DataFrame | None = None  # the table kinds: the batch as read, cached until its changes are
         with ctx.step("classify.plan"):
             if classified:
                 events = fresh
             elif ctx.job.kind in TABLE_KINDS:
-                ctx, events = _table_changes(fresh, ctx)
+                ctx, events, slim = _table_changes(fresh, ctx)
             else:
                 events = outbox_events.classify(fresh, registry)
             events = events.cache()
@@ -188,6 +193,8 @@ def handle_batch(
                 valid_records, dead, reads, unsent, source_times = _positions(
                     events, ctx.phases is not None and ctx.phases.timed
                 )
+                if slim is not None:
+                    slim.unpersist()  # the changes are cached now
                 ctx = replace(ctx, records=valid_records, has_reads=reads, has_unsent=unsent)
                 if ctx.phases is not None:
                     ctx.phases.source_times = source_times
@@ -201,6 +208,8 @@ def handle_batch(
             done, poisoned = poison.apply(HANDLERS[ctx.job.kind], valid, ctx)
         finally:
             events.unpersist()
+            if slim is not None:
+                slim.unpersist()
         with ctx.step("after"):
             if not applied.read(ctx.table).covers(ranges):
                 ensure_held(ctx.table, holder)

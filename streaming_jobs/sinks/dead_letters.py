@@ -10,9 +10,19 @@ from streaming_jobs.once.context import BatchContext
 
 def write_dead_letters(events: DataFrame, ctx: BatchContext) -> None:
     """Append the batch's invalid records, raw bytes and all, with the reason and the coordinates."""
+    bad = events.where(F.col("error").isNotNull())
+    if ctx.raw is not None:
+        coordinates = ["topic", "kafka_partition", "kafka_offset"]
+        raw = ctx.raw.select(
+            "topic",
+            F.col("partition").alias("kafka_partition"),
+            F.col("offset").alias("kafka_offset"),
+            F.col("key").alias("raw_key"),
+            F.col("value").alias("raw_value"),
+        )
+        bad = bad.join(raw, coordinates, "left")
     (
-        events.where(F.col("error").isNotNull())
-        .select(
+        bad.select(
             F.lit(ctx.job.name).alias("job"),
             F.lit(ctx.batch_id).alias("batch_id"),
             "topic",

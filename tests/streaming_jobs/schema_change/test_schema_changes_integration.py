@@ -302,7 +302,12 @@ def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
         wait_until(
             alive_and(history, source.env, tmp_path, lambda: len(history_dead_letters()) == 1), 240, "a dead letter"
         )
-        assert "column code changed text -> int4" in str(history_dead_letters()[0]["error"])
+        dead = history_dead_letters()[0]
+        assert "column code changed text -> int4" in str(dead["error"])
+        # The whole record as Debezium sent it, its schema too (the job keeps only the change: read again).
+        sent = json.loads(dead["value"])
+        assert {f["field"] for f in sent["schema"]["fields"]} >= {"before", "after", "source", "op"}
+        assert sent["payload"]["after"]["code"] == 7
         check = cdcpipe("schema", "tables", "import", "--check", source.table, env=source.env)
         assert check.returncode == 1
         assert "column code is text in the contract, int4 in the table" in check.stdout
