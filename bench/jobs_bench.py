@@ -847,7 +847,13 @@ def main() -> None:
     if any("=" not in setting for setting in args.job_setting):
         parser.error('--job-setting: give KEY=VALUE, the value as TOML (optimize_every=0, trigger="500ms")')
     settings = tuple(" = ".join(part.strip() for part in s.split("=", 1)) for s in args.job_setting)
-    result: dict[str, Any] = {"benchmark": "streaming_jobs", "cores": os.cpu_count()}
+    result: dict[str, Any] = {
+        "benchmark": "streaming_jobs",
+        "cores": os.cpu_count(),
+        # What the drivers' JVMs ran with: the tests' `-XX:TieredStopAtLevel=1` (no optimising JIT) makes a
+        # driver read Kafka several times slower; a figure made under it is not a job's figure.
+        "spark_java_options": env.get("CDCPIPE_SPARK_JAVA_OPTIONS", ""),
+    }
     topics: list[str] = []
     try:
         for index, name in enumerate(chosen):

@@ -20,6 +20,10 @@ from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 # Every consumer group a job, a backfill or a check uses starts with this; the jobs' Kafka principal is granted READ
 # on this prefix and no other. It shares no prefix with another component's group (Connect's `cdcpipe-connect`).
 CONSUMER_GROUP_PREFIX = "cdcpipe-jobs-"
+# A job's fetches, unless the cluster's client settings say otherwise. The Java consumer's defaults (1 MB a
+# partition, 500 records a poll) cut a batch of table changes (8 KB each with their Connect schema) into a
+# round trip per hundred records; the consumer's buffers stay a few times these sizes.
+FETCH = {"kafka.max.partition.fetch.bytes": str(8 << 20), "kafka.max.poll.records": "20000"}
 
 
 class JobsSettings(StageSettings):
@@ -127,6 +131,10 @@ class JobsSettings(StageSettings):
         if self.source_pg_dsn:
             env["CDCPIPE_SOURCE_PG_DSN"] = self.source_pg_dsn
         return env
+
+    def kafka_reader_options(self) -> dict[str, str]:
+        """Spark's Kafka source options: the cluster's client settings, and fetches sized for a batch (`FETCH`)."""
+        return {**FETCH, **self.kafka.spark_options()}
 
     def lake_root(self) -> LakePath:
         """The lake, with what reaching it takes (its store's settings, the writer leases' Postgres)."""

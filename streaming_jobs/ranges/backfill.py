@@ -89,7 +89,7 @@ def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end:
     span = Range(start, end)
     return (
         spark.read.format("kafka")
-        .options(**settings.kafka.spark_options())
+        .options(**settings.kafka_reader_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
         .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}backfill")
         .option("assign", json.dumps(assign))

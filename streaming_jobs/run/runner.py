@@ -112,7 +112,7 @@ def run(
 
     reader = (
         spark.readStream.format("kafka")
-        .options(**settings.kafka.spark_options())
+        .options(**settings.kafka_reader_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
         .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}{spec.name}")
         .option("subscribe", ",".join(spec.topics))

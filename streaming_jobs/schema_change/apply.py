@@ -17,7 +17,7 @@ from functools import cache
 
 import psycopg
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import StructType
 
@@ -45,35 +45,69 @@ _PAYLOAD = ',"payload":'
 _TEXTS: dict[int, str] = {}
 
 
+def _cut_schema(value: Column) -> Column:
+    """The schema's text of an enveloped record (`value` as a string); null for a bare change."""
+    return F.when(
+        value.startswith(_ENVELOPE), F.substring_index(value, _PAYLOAD, 1).substr(len(_ENVELOPE) + 1, 1 << 30)
+    )
+
+
+def meet_first(records: DataFrame) -> None:
+    """Meet the shape of the batch's first record (a tiny read) when this process has met none yet.
+
+    So a first batch's records take `slim`'s byte comparison, not the text walk a record of an unmet shape costs.
+    """
+    if _TEXTS:
+        return
+    text = _cut_schema(F.col("value").cast("string"))
+    row = (
+        records.where(F.col("value").isNotNull()).select(text.alias("t")).limit(1).select("t", F.xxhash64("t")).first()
+    )
+    if row is not None and row[0] is not None:
+        _TEXTS.setdefault(int(row[1]), str(row[0]))
+
+
 def slim(records: DataFrame) -> DataFrame:
     """The Kafka records as the table kinds read them: the change without its schema, and the schema's hash.
 
     Columns: `raw_key`, the Kafka coordinates, `_payload` (the change's JSON: the envelope's payload, or the
     bare value), `_shape` (a hash of the schema's text; null without one) and `_schema_text`, set only on a
-    record of a shape this process has not met. The JSON converter writes `{"schema":{...},"payload":{...}}`
-    with the schema first: both parts are cut at `,"payload":` without parsing (a schema holds no key named
-    payload). A change's schema is most of its bytes (a 7 KB schema for a 1.3 KB change is common) and the
-    same in every change of a shape, so a batch cached this way holds about a sixth of what it read.
+    record of a shape this process has not met. A change's schema is most of its bytes (a 7 KB schema for a
+    1.3 KB change is common) and the same in every change of a shape, so a batch cached this way holds about
+    a sixth of what it read.
+
+    The JSON converter writes `{"schema":{...},"payload":{...}}`, the schema first. A record of a shape met
+    before starts with that shape's head (`{"schema":` + its text + `,"payload":`): found by comparing bytes,
+    its payload cut at a known byte. Only a record no head matches has its schema cut out as text (a walk
+    character by character, several times the cost of reading the record) and hashed.
     """
-    value = F.col("value").cast("string")
-    enveloped = value.startswith(_ENVELOPE)
-    cut = F.instr(value, _PAYLOAD)
-    start = len(_ENVELOPE) + 1
-    text = F.when(enveloped, value.substr(F.lit(start), cut - F.lit(start)))
-    shape = F.xxhash64(text)
-    after = cut + F.lit(len(_PAYLOAD))
-    # The payload runs to the envelope's closing brace, which it leaves out.
-    payload = F.when(enveloped, value.substr(after, F.length(value) - after)).otherwise(value)
-    known = list(_TEXTS)
-    return records.select(
-        F.col("key").alias("raw_key"),
-        "topic",
-        "partition",
-        "offset",
-        "timestamp",
-        payload.alias(PAYLOAD),
-        F.when(enveloped, shape).alias(SHAPE),
-        F.when(enveloped & ~shape.isin(known), text).alias(_SCHEMA_TEXT) if known else text.alias(_SCHEMA_TEXT),
+    value = F.col("value")
+    names = ["raw_key", "topic", "partition", "offset", "timestamp"]
+    known: Column = F.lit(None).cast("long")
+    start: Column = F.lit(None).cast("int")
+    for shape_hash, schema in _TEXTS.items():  # each wraps the ones met before: the newest is tried first
+        head = (_ENVELOPE + schema + _PAYLOAD).encode()
+        known = F.when(F.startswith(value, F.lit(bytearray(head))), F.lit(shape_hash)).otherwise(known)
+        start = F.when(F.col("_known") == F.lit(shape_hash), F.lit(len(head) + 1)).otherwise(start)
+    # One projection per step: Spark keeps a costly column that the next uses twice apart, computed once.
+    matched = records.select(F.col("key").alias("raw_key"), "topic", "partition", "offset", "timestamp", value)
+    matched = matched.select("*", known.alias("_known")).select("*", start.alias("_start"))
+    text = F.when(F.col("_known").isNull(), value.cast("string"))
+    enveloped = matched.select("*", text.alias("_text")).select(
+        "*",
+        _cut_schema(F.col("_text")).alias(_SCHEMA_TEXT),
+    )
+    # An unmatched change's payload: after its schema text and `,"payload":`, up to the closing brace.
+    after = F.length(_SCHEMA_TEXT) + F.lit(len(_ENVELOPE) + len(_PAYLOAD) + 1)
+    unmatched_payload = F.when(
+        F.col(_SCHEMA_TEXT).isNotNull(), F.col("_text").substr(after, F.length("_text") - after)
+    ).otherwise(F.col("_text"))
+    known_payload = F.substring(value, F.col("_start"), F.length(value) - F.col("_start")).cast("string")
+    return enveloped.select(
+        *names,
+        F.when(F.col("_known").isNotNull(), known_payload).otherwise(unmatched_payload).alias(PAYLOAD),
+        F.coalesce(F.col("_known"), F.when(F.col(_SCHEMA_TEXT).isNotNull(), F.xxhash64(_SCHEMA_TEXT))).alias(SHAPE),
+        F.col(_SCHEMA_TEXT),
     )
 
 

@@ -132,6 +132,7 @@ def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext,
     Kafka is read once: into a cache of the changes without their schemas (`slim`, the third value: unpersist
     it once the changes are cached), which the shapes are found in and the changes classified from.
     """
+    schema_change.meet_first(records)
     slim = schema_change.slim(records).cache()
     start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
     contract, plans = schema_change.reconcile(
