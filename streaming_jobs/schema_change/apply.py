@@ -43,6 +43,7 @@ _PAYLOAD = ',"payload":'
 # only. Never pruned, so a hash known when a batch is read is known when it is planned: a process meets few
 # shapes (one per version of each table its jobs read).
 _TEXTS: dict[int, str] = {}
+_FIRST_MET: list[bool] = []  # whether `meet_first` has read a first record in this process (true once said)
 
 
 def _cut_schema(value: Column) -> Column:
@@ -57,13 +58,16 @@ def meet_first(records: DataFrame) -> None:
 
     So a first batch's records take `slim`'s byte comparison, not the text walk a record of an unmet shape costs.
     """
-    if _TEXTS:
-        return
+    if _TEXTS or _FIRST_MET:
+        return  # once a first record is seen: a topic of bare changes would pay this read at every batch
     text = _cut_schema(F.col("value").cast("string"))
     row = (
         records.where(F.col("value").isNotNull()).select(text.alias("t")).limit(1).select("t", F.xxhash64("t")).first()
     )
-    if row is not None and row[0] is not None:
+    if row is None:
+        return  # no change in this batch: the next one tries
+    _FIRST_MET.append(True)
+    if row[0] is not None:
         _TEXTS.setdefault(int(row[1]), str(row[0]))
 
 
