@@ -13,6 +13,10 @@ from cdcpipe.common.settings import StageSettings
 MAX_SPARK_WORKERS = 8  # `stack down` and `status` look for this many workers' pid files
 
 
+# Ports whose listener may be off (0).
+OPTIONAL_PORTS = ("kafka_plaintext_port", "kafka_metrics_port", "connect_metrics_port")
+
+
 class StackSettings(StageSettings):
     """Where the stack lives and what it listens on. Every service binds 127.0.0.1 only."""
 
@@ -52,6 +56,16 @@ class StackSettings(StageSettings):
     relay_metrics_port: int = Field(
         9464, description="where the stack's Prometheus scrapes the relay (the relay's CDCPIPE_METRICS_PORT)"
     )
+    kafka_metrics_port: int = Field(
+        9404,
+        description="0: none. Else the broker's JMX beans (docs/metrics.md) served to Prometheus on this loopback "
+        "port by the JMX exporter agent",
+    )
+    connect_metrics_port: int = Field(
+        9405,
+        description="0: none. Else the Connect worker's and Debezium's JMX beans (docs/metrics.md) served to "
+        "Prometheus on this loopback port by the JMX exporter agent",
+    )
     start_timeout_s: float = Field(180.0, gt=0, description="seconds a service may take to become healthy")
     java: str = Field("java", description="java executable (17 or newer)")
 
@@ -67,10 +81,12 @@ class StackSettings(StageSettings):
         "spark_worker_ui_port",
         "prometheus_port",
         "relay_metrics_port",
+        "kafka_metrics_port",
+        "connect_metrics_port",
     )
     @classmethod
     def _port_in_range(cls, value: int, info: ValidationInfo) -> int:
-        if value == 0 and info.field_name == "kafka_plaintext_port":
+        if value == 0 and info.field_name in OPTIONAL_PORTS:
             return value
         if not 1024 <= value <= 65535:
             raise ValueError("a port must be between 1024 and 65535")

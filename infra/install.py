@@ -40,6 +40,7 @@ JAR_PROFILES = {
     "debezium-postgres": LIB / "plugins" / "debezium-connector-postgres",
     "spark": LIB / "spark",
     "s3proxy": LIB / "s3proxy",
+    "jmx-exporter": LIB / "jmx-exporter",
 }
 TRANSFORMS_PLUGIN = LIB / "plugins" / "cdcpipe-transforms"
 
@@ -189,6 +190,7 @@ def jars(versions: dict[str, dict[str, str]]) -> None:
         "version.hadoop": stack["hadoop"],
         "version.aws.sdk": stack["aws_sdk"],
         "version.s3proxy": stack["s3proxy"],
+        "version.jmx.exporter": stack["jmx_exporter"],
         "version.s3proxy.jackson.annotations": stack["s3proxy_jackson_annotations"],
     }
     wanted = digest(VERSIONS_FILE.read_bytes(), JARS_POM.read_bytes(), MAVEN_SETTINGS.read_bytes())

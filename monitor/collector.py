@@ -2,11 +2,10 @@
 
     python -m monitor.collector        (the stack starts it; `cdcpipe monitor serve` is the same)
 
-Why Connect's REST API and not a JMX agent in the Connect and Kafka JVMs: the state of each connector and task,
-and a failed task's trace, are what an operator acts on, and REST gives them as Connect itself reports them, from
-one request, with nothing added to those JVMs (their start and their CPU on a 2-core machine). What REST does not
-give, Debezium's own lag behind the source, Postgres gives here instead: each slot's retained WAL is how far the
-connector is behind, in bytes.
+Why Connect's REST API here: the state of each connector and task, and a failed task's trace, are what an
+operator acts on, and REST gives them as Connect itself reports them, from one request. What only JMX has
+(Debezium's streaming and snapshot metrics, the broker's) the JMX exporter agent in those JVMs serves
+(infra/jmx/); each slot's retained WAL, read here, is how far a connector is behind in bytes.
 
 Nothing is cached: each scrape reads every part once (a few milliseconds each), so a value is never older than
 the scrape interval. A part that cannot be read gives `cdcpipe_collector_source_up{source} 0` and its error in

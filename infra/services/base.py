@@ -16,6 +16,9 @@ from infra.config import StackSettings
 from infra.errors import NotInstalledError
 from infra.service_user import can_reach, hand_over, service_user
 
+# What the JMX exporter agent serves from each JVM that runs it: infra/jmx/<service>.yml.
+JMX_CONFIGS = Path(__file__).resolve().parents[1] / "jmx"
+
 POSTGRES_SUPERUSER = "postgres"
 # The outbox roles `schema apply` creates (its default names), and the stack secret holding each one's password.
 WRITER_ROLE, RELAY_ROLE = "cdcpipe_writer", "cdcpipe_relay"
@@ -164,6 +167,23 @@ class Service(ABC):
             main,
             *args,
         ]
+
+    def _metrics_agent(self, port: int) -> list[str]:
+        """The JVM option that serves this service's JMX beans to Prometheus on 127.0.0.1:`port` (none for 0).
+
+        Prometheus' JMX exporter runs as a Java agent inside the JVM: Debezium's streaming and snapshot metrics
+        and the broker's exist only as JMX beans. What it serves, and under which names, is
+        infra/jmx/<service>.yml, copied beside the service's other config by `prepare`.
+        """
+        if port == 0:
+            return []
+        folder = self.settings.lib / "jmx-exporter"
+        agents = sorted(folder.glob("jmx_prometheus_javaagent-*.jar"))
+        if not agents:
+            raise NotInstalledError(f"{self.name}: no JMX exporter agent in {folder}; run `make install` first")
+        conf = self.settings.state / "conf" / f"jmx-{self.name}.yml"
+        shutil.copyfile(JMX_CONFIGS / f"{self.name}.yml", conf)
+        return [f"-javaagent:{agents[-1]}=127.0.0.1:{port}:{conf}"]
 
     def _write_log4j(self) -> None:
         conf = self.settings.state / "conf"

@@ -37,7 +37,10 @@ class Connect(Service):
 
     @property
     def ports(self) -> list[PortSpec]:
-        return [PortSpec(self.settings.connect_port, "CDCPIPE_CONNECT_PORT")]
+        ports = [PortSpec(self.settings.connect_port, "CDCPIPE_CONNECT_PORT")]
+        if self.settings.connect_metrics_port:
+            ports.append(PortSpec(self.settings.connect_metrics_port, "CDCPIPE_CONNECT_METRICS_PORT"))
+        return ports
 
     @property
     def address(self) -> str:
@@ -145,7 +148,10 @@ class Connect(Service):
             self._jars(self.settings.lib / "connect"),
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(self.config_file),
-            options=[f"-Djava.security.auth.login.config={self.jaas_file}"],
+            options=[
+                f"-Djava.security.auth.login.config={self.jaas_file}",
+                *self._metrics_agent(self.settings.connect_metrics_port),
+            ],
         )
 
     def check_health(self) -> None:

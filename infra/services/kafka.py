@@ -49,6 +49,8 @@ class Kafka(Service):
         ]
         if self.settings.kafka_plaintext_port:
             ports.append(PortSpec(self.settings.kafka_plaintext_port, "CDCPIPE_KAFKA_PLAINTEXT_PORT"))
+        if self.settings.kafka_metrics_port:
+            ports.append(PortSpec(self.settings.kafka_metrics_port, "CDCPIPE_KAFKA_METRICS_PORT"))
         return ports
 
     @property
@@ -186,7 +188,11 @@ class Kafka(Service):
 
     def command(self) -> list[str]:
         return self._java(
-            self.settings.kafka_heap, self._jars(self.settings.lib / "kafka"), "kafka.Kafka", str(self.config_file)
+            self.settings.kafka_heap,
+            self._jars(self.settings.lib / "kafka"),
+            "kafka.Kafka",
+            str(self.config_file),
+            options=self._metrics_agent(self.settings.kafka_metrics_port),
         )
 
     def check_health(self) -> None:

@@ -6,6 +6,8 @@ What it scrapes (docs/metrics.md lists every metric):
 - `cdcpipe-relay`: the relay on `relay_metrics_port`;
 - `cdcpipe-collector`: the stack's collector (connectors and tasks, replication slots, the outbox backlog,
   dead letters, the submitted jobs' drivers);
+- `kafka` and `connect`: the JMX exporter agent in the broker and in the Connect worker (the broker's metrics;
+  the worker's, its tasks' and Debezium's);
 - itself.
 The alert rules are `infra/prometheus/cdcpipe-alerts.yml`, the file a production Prometheus loads too.
 """
@@ -50,6 +52,11 @@ def scrape_config(settings: StackSettings) -> dict[str, object]:
             # not renamed `exported_job` under the scrape's own (the alerts and the page name the job by it).
             {**static("cdcpipe-collector", collector_port(settings)), "honor_labels": True},
             static("cdcpipe-relay", settings.relay_metrics_port),
+            *[
+                static(name, port)
+                for name, port in (("kafka", settings.kafka_metrics_port), ("connect", settings.connect_metrics_port))
+                if port
+            ],
             {
                 "job_name": "cdcpipe-jobs",
                 "file_sd_configs": [

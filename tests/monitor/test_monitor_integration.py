@@ -1,7 +1,9 @@
-"""On the real stack: Prometheus scrapes the collector, a failed connector fires its alert, `status` says FAIL.
+"""On the real stack: the collector's and the JMX exporter agents' metrics, alerts firing, `status` saying FAIL.
 
-Connect, Postgres, the collector and Prometheus are the stack's own, as `stack up` starts them; the connector
-fails as a misconfigured one does in production (its publication missing, and Debezium told not to create it).
+A failed connector fires its alert and `status` names it; the agents in Connect and the broker serve Debezium's
+and Kafka's metrics. Connect, Kafka, Postgres, the collector and Prometheus are the stack's own, as `stack up`
+starts them; the connector fails as a misconfigured one does in production (its publication missing, and
+Debezium told not to create it).
 """
 
 from __future__ import annotations
@@ -10,8 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
-from tests.support.connectors import outbox_connector, write_definition
+from tests.support.connectors import outbox_connector, wait_slot_active, wait_state, write_definition
+from tests.support.kafka import create_topics
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
@@ -69,4 +74,69 @@ def test_a_failed_connector_fires_its_alert_and_status_fails_naming_it_and_the_w
         lambda: stack.prometheus(f'cdcpipe_connect_connector_state{{connector="{name}"}}') == [],
         60,
         "the deleted connector to leave the collector's metrics",
+    )
+
+
+def test_debezium_connect_and_the_broker_serve_their_jmx_metrics_and_a_wrong_password_fires_its_alert(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    """Debezium's streaming metrics for a running connector, its task's and the broker's counts of what it wrote.
+
+    Then a client with a wrong password: the broker counts the failed authentication and its alert fires. When the
+    connector is deleted, its Debezium series leave Prometheus (no stale "connected" for a connector gone).
+    """
+    agents = 'sum(up{job=~"kafka|connect"})'  # the agents' scrape jobs, both healthy
+    wait_until(
+        lambda: stack.prometheus_value(agents) == 2, 30, "Prometheus to scrape the broker's and Connect's agents"
+    )
+    prefix, name = f"test_{outbox.tag}", f"test-{outbox.tag}"
+    topic = f"test.{outbox.tag}.debezium.order"
+    create_topics(stack.kafka_config(), [topic])
+    path = write_definition(tmp_path, outbox_connector(outbox))
+    applied = cdcpipe("connectors", "apply", "--no-wait", str(path), env=stack.process_env())
+    assert applied.returncode == 0, applied.stderr
+    try:
+        wait_state(stack, name, "RUNNING")
+        wait_slot_active(stack, f"slot_{outbox.tag}", name)
+        outbox.insert([("order", f"o-{n}", "OrderPlaced", {"n": n}) for n in range(3)])
+        wait_until(
+            lambda: (stack.prometheus_value(f'kafka_broker_topic_messages_in_total{{topic="{topic}"}}') or 0) >= 3,
+            90,
+            "the broker to count the 3 events Debezium wrote to their topic",
+        )
+        wait_until(
+            lambda: (
+                (stack.prometheus_value(f'kafka_connect_source_task_records_written_total{{connector="{name}"}}') or 0)
+                >= 3
+            ),
+            30,
+            "Connect to count the task's records written",
+        )
+        assert stack.prometheus_value(f'debezium_postgres_streaming_connected{{server="{prefix}"}}') == 1
+        seen = stack.prometheus_value(f'debezium_postgres_events_seen_total{{context="streaming", server="{prefix}"}}')
+        assert (seen or 0) >= 3  # the outbox rows, and the heartbeats Debezium writes itself
+        behind = stack.prometheus_value(f'debezium_postgres_streaming_behind_source_seconds{{server="{prefix}"}}')
+        assert behind is not None
+        assert 0 <= behind < 60, behind
+        assert stack.prometheus_value(f'debezium_postgres_snapshot_running{{server="{prefix}"}}') == 0
+        assert stack.prometheus_value("kafka_controller_active_controllers") == 1
+        assert stack.prometheus_value("kafka_controller_offline_partitions") == 0
+    finally:
+        cdcpipe("connectors", "delete", name, "--drop-slot", "--yes", env=stack.process_env())
+    wait_until(
+        lambda: stack.prometheus(f'debezium_postgres_streaming_connected{{server="{prefix}"}}') == [],
+        60,
+        "the deleted connector's Debezium metrics to leave Prometheus",
+    )
+
+    failed = 'sum(kafka_broker_failed_authentications_total{listener="BROKER"})'
+    before = stack.prometheus_value(failed) or 0
+    intruder = AdminClient(stack.kafka_config(**{"sasl.password": "wrong", "log_level": 0}))
+    with pytest.raises(KafkaException):
+        intruder.list_topics(timeout=5)
+    wait_until(lambda: (stack.prometheus_value(failed) or 0) > before, 30, "the broker to count the failed login")
+    wait_until(
+        lambda: bool(stack.prometheus('ALERTS{alertname="CdcpipeKafkaAuthenticationFailing", alertstate="firing"}')),
+        60,
+        "the failed-authentication alert to fire",
     )
