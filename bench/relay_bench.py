@@ -6,8 +6,9 @@ Needs the stack running (`cdcpipe stack up`). Everything shares the machine's co
 relay (its own process, as users run it), the load generator (its own process) and the consumer (here).
 
 - Drain: N outbox rows of ~1 KB committed at once; time until the relay has emptied the outbox. The same
-  with a relay whose metrics are off (`relay_drain_metrics_off`, its own outbox; the two take turns):
-  `relay_drain_metrics_on_over_off` is what serving metrics (scraped every 5 s) costs a drain.
+  with a relay whose metrics are off (`relay_drain_metrics_off`, its own outbox; the two take turns, and
+  the second half of the rounds starts the two processes in the other order): `relay_drain_metrics_on_over_off`
+  is what serving metrics (scraped every 5 s) costs a drain.
 - Ceilings, same run, same rows: Postgres alone removing them with the relay's own statement and batch
   size; confluent-kafka alone producing the same messages with the relay's own producer settings. For the
   drain and each ceiling, the whole machine's CPU per event: what the relay costs beyond the two alone.
@@ -33,6 +34,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import time
 import urllib.request
 import uuid
@@ -607,12 +609,28 @@ def main() -> None:
     }
     runs: list[dict[str, Any]] = []
     debezium_name: str | None = None
+
+    def start_both(on_first: bool) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """Both relays, the one with metrics first or second, each leading its outbox."""
+        if on_first:
+            relay = start_relay(relay_env, log)
+            quiet = start_relay(quiet_env, log)
+        else:
+            quiet = start_relay(quiet_env, log)
+            relay = start_relay(relay_env, log)
+        wait_leader(dsn, relay_names, relay.pid)
+        wait_leader(dsn, quiet_names, quiet.pid)
+        return relay, quiet
+
+    def stop(*processes: subprocess.Popen[bytes]) -> None:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+
     try:
-        relay = start_relay(relay_env, log)
-        quiet = start_relay(quiet_env, log)
+        relay, quiet = start_both(on_first=True)
         try:
-            wait_leader(dsn, relay_names, relay.pid)
-            wait_leader(dsn, quiet_names, quiet.pid)
             result["relay_idle_rss_mib"] = round(rss_mib(relay.pid), 1)
             rounds: dict[str, list[dict[str, Any]]] = {
                 "ceiling_postgres": [],
@@ -620,7 +638,14 @@ def main() -> None:
                 "relay_drain": [],
                 "relay_drain_metrics_off": [],
             }
+            started_first: list[str] = []
             for r in range(args.rounds):
+                if args.rounds > 1 and r == args.rounds // 2:
+                    # Which of the two processes started first moved their drains by 10% (docs/benchmarks.md):
+                    # the second half of the rounds starts them the other way round, so the order cancels.
+                    stop(relay, quiet)
+                    relay, quiet = start_both(on_first=False)
+                started_first.append("on" if r < args.rounds // 2 or args.rounds == 1 else "off")
                 rounds["ceiling_postgres"].append(postgres_ceiling(dsn, ceiling_names, args.events))
                 rounds["ceiling_kafka"].append(kafka_ceiling(relay_settings, ceiling_topic, args.events))
                 # Metrics on and off take turns, the first changing from round to round.
@@ -630,6 +655,7 @@ def main() -> None:
                 ]
                 for name, names, topic, pid in drains if r % 2 == 0 else drains[::-1]:
                     rounds[name].append(drain(dsn, names, kafka, topic, args.events, pid))
+            result["relay_started_first_per_round"] = started_first
             result.update({name: medians(runs_of) for name, runs_of in rounds.items()})
             on_over_off = [
                 on["events_per_s"] / off["events_per_s"]
@@ -653,10 +679,7 @@ def main() -> None:
                 run["relay_batches"] = stage_means(before, stage_totals(metrics_port))
                 runs.append({"publisher": "relay", **run})
         finally:
-            for process in (relay, quiet):
-                if process.poll() is None:
-                    process.send_signal(signal.SIGTERM)
-                    process.wait(60)
+            stop(relay, quiet)
         if not args.no_debezium:
             with ConnectClient(connect_settings) as connect:
                 debezium_name = start_debezium(connect, connect_settings, debezium_names, tag, f"bench.{tag}.dbz.")

@@ -26,7 +26,7 @@ from schemas.table_contracts import TableContract
 from streaming_jobs.classify.contracts import CORRUPT
 from streaming_jobs.schema_change.apply import PAYLOAD, SHAPE, Plan
 from streaming_jobs.schema_change.shapes import Shape
-from streaming_jobs.schema_change.types import convert, parse_type, spark_type
+from streaming_jobs.schema_change.types import convert, lost, parse_type, spark_type
 
 SOURCE = StructType(
     [
@@ -117,6 +117,7 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
     types = contract.types
     values: list[Column] = []
     unavailable: list[Column] = []
+    misfits: list[Column] = []
     for name in contract.columns:
         source = plan.source(name)
         target = spark_type(types[name])
@@ -129,8 +130,8 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
             marker = PLACEHOLDER_BASE64 if field.connect == "bytes" else PLACEHOLDER
             unavailable.append(F.when(raw == F.lit(marker), F.lit(name)))
             raw = F.when(raw != F.lit(marker), raw)
-        # A set-aside shape's values may not fit the contract's types: those become null, the raw change is kept.
-        value = convert(raw, field, target, strict=plan.dead_letter is None)
+        value = convert(raw, field, target)
+        misfits.append(F.when(lost(raw, value, target), F.lit(f"{name} ({types[name]})")))
         values.append(value.alias(name))
     key_fields = [plan.source(k) or k for k in contract.primary_key]
     missing_key = functools.reduce(
@@ -146,6 +147,21 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
         .when(lsn.isNull(), F.lit("no source.lsn (nor source.sequence): cannot order the change"))
         .when(missing_key, F.lit(f"primary key {list(contract.primary_key)} missing from the row"))
     )
+    if misfits and not plan.dead_letter:
+        # A contract behind its table (a column widened in Postgres), or a producer of its own: the change is a
+        # dead letter, its bytes kept. A set-aside shape's values may not fit either: its own reason is said.
+        misfit = F.array_join(F.array_compact(F.array(*misfits)), ", ")
+        error = error.when(
+            misfit != "",
+            F.concat(
+                F.lit("values that do not fit their column's type in the contract: "),
+                misfit,
+                F.lit(
+                    f"; if the table's columns changed, write its contract again from the catalog (cdcpipe tables "
+                    f"add {contract.table}), then replay from this offset (cdcpipe jobs backfill)"
+                ),
+            ),
+        )
     if plan.dead_letter:
         error = F.coalesce(error, F.lit(plan.dead_letter))
     # A change's identity across resends: its key and its LSN (a copy Debezium sends again has both).

@@ -43,7 +43,7 @@ _PAYLOAD = ',"payload":'
 # only. Never pruned, so a hash known when a batch is read is known when it is planned: a process meets few
 # shapes (one per version of each table its jobs read).
 _TEXTS: dict[int, str] = {}
-_FIRST_MET: list[bool] = []  # whether `meet_first` has read a first record in this process (true once said)
+_first_met = False  # whether `meet_first` has read a first record in this process
 
 
 def _cut_schema(value: Column) -> Column:
@@ -58,7 +58,8 @@ def meet_first(records: DataFrame) -> None:
 
     So a first batch's records take `slim`'s byte comparison, not the text walk a record of an unmet shape costs.
     """
-    if _TEXTS or _FIRST_MET:
+    global _first_met  # once per process, like _TEXTS
+    if _TEXTS or _first_met:
         return  # once a first record is seen: a topic of bare changes would pay this read at every batch
     text = _cut_schema(F.col("value").cast("string"))
     row = (
@@ -66,7 +67,7 @@ def meet_first(records: DataFrame) -> None:
     )
     if row is None:
         return  # no change in this batch: the next one tries
-    _FIRST_MET.append(True)
+    _first_met = True
     if row[0] is not None:
         _TEXTS.setdefault(int(row[1]), str(row[0]))
 

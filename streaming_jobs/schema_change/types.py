@@ -85,11 +85,11 @@ def parse_type(field: Field) -> DataType:
     return StringType()  # strings, base64 bytes, and anything else as its JSON text
 
 
-def convert(value: Column, field: Field, target: DataType, strict: bool = True) -> Column:
-    """The field's parsed value as the Delta column type `target` (not strict: null where it does not fit)."""
+def convert(value: Column, field: Field, target: DataType) -> Column:
+    """The field's parsed value as the Delta column type `target`; null where it does not fit (`lost` tells)."""
     if isinstance(target, ArrayType) and field.items is not None:
         items, element = field.items, target.elementType
-        return F.transform(value, lambda item: convert(item, items, element, strict))
+        return F.transform(value, lambda item: convert(item, items, element))
     logical = field.logical or ""
     if logical == "io.debezium.time.Date":
         value = F.date_from_unix_date(value)
@@ -107,7 +107,22 @@ def convert(value: Column, field: Field, target: DataType, strict: bool = True) 
         value = F.unbase64(value)
     # Epoch-based timestamps become instants; a timestamp without zone is that instant read in UTC (the
     # session's zone, see spark_session), which gives back the wall-clock value Postgres stored.
-    return value.cast(target) if strict else value.try_cast(target)
+    return value.try_cast(target)
+
+
+def lost(raw: Column, value: Column, target: DataType) -> Column:
+    """Whether `convert` made null what `raw` held: a value its column's type cannot hold.
+
+    Under ANSI a cast of such a value fails its whole batch, at every restart: the change is set aside instead.
+    An array: an element lost (one level deep; Postgres' arrays of arrays are one column type, rarely used).
+    """
+    if isinstance(target, ArrayType):
+        return F.size(_nulls(value)) > F.size(_nulls(raw))
+    return raw.isNotNull() & value.isNull()
+
+
+def _nulls(items: Column) -> Column:
+    return F.filter(items, lambda item: item.isNull())
 
 
 def widens(old: DataType, new: DataType) -> bool:

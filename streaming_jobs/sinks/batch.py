@@ -195,7 +195,7 @@ def handle_batch(
                     events, ctx.phases is not None and ctx.phases.timed
                 )
                 if slim is not None:
-                    slim.unpersist()  # the changes are cached now
+                    slim.unpersist()  # the changes are cached now: free the batch's memory before the MERGE
                 ctx = replace(ctx, records=valid_records, has_reads=reads, has_unsent=unsent)
                 if ctx.phases is not None:
                     ctx.phases.source_times = source_times
@@ -210,7 +210,7 @@ def handle_batch(
         finally:
             events.unpersist()
             if slim is not None:
-                slim.unpersist()
+                slim.unpersist()  # when `_positions` failed before it freed the cache (else a no-op)
         with ctx.step("after"):
             if not applied.read(ctx.table).covers(ranges):
                 ensure_held(ctx.table, holder)

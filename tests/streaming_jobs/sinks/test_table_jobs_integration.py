@@ -57,6 +57,43 @@ def test_mirror_applies_inserts_updates_deletes_in_lsn_order(stack: Stack, topic
     assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 6}
 
 
+def test_a_change_whose_value_does_not_fit_its_column_is_dead_lettered_and_the_mirror_goes_on(
+    stack: Stack, topic: str, tmp_path: Path
+) -> None:
+    """Changes without their Connect schema (`schemas.enable=false`), typed by the table's contract only.
+
+    The column became int8 in Postgres and its contract still says int4: a balance past 2**31 cannot be written.
+    Before, the cast failed the whole batch at every restart; now that change is a dead letter, its own bytes
+    kept, with the column, the type and the fix, and the rest applies.
+    """
+    contracts = tmp_path / "tables"
+    contracts.mkdir()
+    accounts = json.loads((EXAMPLES / "tables" / "public.accounts.json").read_text())
+    accounts["properties"]["balance"]["x-pg-type"] = "int4"
+    (contracts / "public.accounts.json").write_text(json.dumps(accounts))
+    too_big = change("u", None, row("a", 3_000_000_000), 130)
+    send_changes(stack, topic, [*FIRST_BATCH[:6], ("a", too_big)])
+    job = make_job(
+        stack,
+        tmp_path,
+        "table_mirror",
+        [topic],
+        env={"CDCPIPE_TABLE_CONTRACT_DIRS": str(contracts)},
+        source_table="public.accounts",
+    )
+    job.run()
+    assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 5}
+    (dead,) = job.table("_dead_letters")
+    assert dead["kafka_offset"] == 6
+    assert (dead["key"], dead["value"]) == (b'{"id": "a"}', too_big.encode())
+    assert "balance" in str(dead["error"])
+    assert "int4" in str(dead["error"])
+    assert "cdcpipe tables add" in str(dead["error"])
+    send_changes(stack, topic, [("c", change("u", row("c", 5), row("c", 7), 150))])
+    job.run()
+    assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 7}
+
+
 # An incremental snapshot's row (no lsn; its chunk's closing mark at 32723648, the commit before the mark at
 # 32712904) and a delete written at 32700000, before that commit, by a transaction that committed after the mark
 # (the commit before it: 32724040). Its LSN is the lowest; as the transactions committed, the delete is last.
