@@ -6,9 +6,11 @@ The benchmarks are scripts run from the checkout (`python bench/<name>.py`); eac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,21 +18,24 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from cdcpipe.common.kafka_client import KafkaSettings
 from infra.config import StackSettings
 from infra.stack import env_values
+from schemas import outbox as schema_outbox
 from schemas import topics
-from schemas.config import OutboxNames
+from schemas.config import OutboxNames, SchemaSettings
 from schemas.topics import TopicSpec
+from streaming_jobs.lake.paths import LakePath
 
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
 BENCH = Path(__file__).resolve().parent
@@ -407,3 +412,91 @@ def cdcpipe(env: dict[str, str], *args: str) -> str:
     if done.returncode != 0:
         raise SystemExit(f"cdcpipe {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
     return done.stdout
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A table of this run's own, captured with `cdcpipe tables add` in folders of its own, and its job."""
+
+    env: dict[str, str]  # the run's user: its folders, connector, slot, publication, topic prefix, lake
+    table: sql.Identifier
+    job: str
+    topic: str
+
+
+@contextlib.contextmanager
+def captured(
+    env: dict[str, str], lake: LakePath, tag: str, what: str, settings: tuple[str, ...] = ()
+) -> Iterator[Captured]:
+    """An empty application table (common.TABLE_COLUMNS), `tables add --<what>` run on it; all removed after.
+
+    `settings`: more keys of the job's definition, after what `add` wrote.
+    """
+    dsn = env["CDCPIPE_PG_DSN"]
+    home = RESULTS / f"_bench_tables_{tag}"
+    folders = {name: home / name for name in ("contracts", "topics", "jobs", "connectors")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    connector, prefix, table = f"jobs-bench-{tag}", f"jb_{tag}", f"jb_{tag}"
+    ident = sql.Identifier("public", table)
+    names = OutboxNames.load(outbox_schema=f"jobs_bench_{tag}")  # where `tables add` finds Debezium's signal table
+    user = {
+        **env,
+        "CDCPIPE_OUTBOX_SCHEMA": names.outbox_schema,
+        "CDCPIPE_TABLES_PUBLICATION": f"pub_{prefix}",
+        "CDCPIPE_CAPTURE_CONNECTOR": connector,
+        "CDCPIPE_CAPTURE_TOPIC_PREFIX": prefix,
+        "CDCPIPE_CAPTURE_SLOT": f"slot_{prefix}",
+        "CDCPIPE_TABLE_CONTRACT_DIRS": str(folders["contracts"]),
+        "CDCPIPE_TOPICS_DIR": str(folders["topics"]),
+        "CDCPIPE_JOBS_DIRS": str(folders["jobs"]),
+        "CDCPIPE_CONNECTORS_DIR": str(folders["connectors"]),
+        "CDCPIPE_LAKE": str(lake),
+    }
+    schema = SchemaSettings.load(
+        pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}", tables_publication=user["CDCPIPE_TABLES_PUBLICATION"]
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} ({})").format(ident, sql.SQL(TABLE_COLUMNS)))
+    try:
+        with psycopg.connect(dsn) as conn:
+            schema_outbox.apply(conn, names, schema)
+        cdcpipe(user, "tables", "add", f"public.{table}", f"--{what}")
+        job = f"{table}_{what}"
+        with (folders["jobs"] / f"{job}.toml").open("a") as definition:
+            definition.write("".join(f"{line}\n" for line in settings))
+        yield Captured(user, ident, job, f"{prefix}.public.{table}")
+    finally:
+        command = ["connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes"]
+        subprocess.run([sys.executable, "-m", "cdcpipe", *command], env=user, capture_output=True, check=False)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
+        shutil.rmtree(home, ignore_errors=True)
+        # The table's topic (`tables add` made it), and those Connect made for the connector's own prefixes.
+        admin = AdminClient(env_kafka(env).client_config())
+        own = (f"{prefix}.", f"__debezium-heartbeat.{prefix}")
+        made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(own)]
+        for future in admin.delete_topics(made).values() if made else []:
+            with contextlib.suppress(Exception):
+                future.result(30)
+
+
+def wait_published(env: dict[str, str], topic: str, count: int, timeout_s: float = 600) -> int:
+    """The records in `topic` once it holds `count` (or at the timeout)."""
+    consumer = Consumer(env_kafka(env).client_config(**{"group.id": f"jobs-bench-{uuid.uuid4().hex[:8]}"}))
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        deadline, held = time.monotonic() + timeout_s, 0
+        while time.monotonic() < deadline:
+            held = sum(
+                high - low
+                for low, high in (consumer.get_watermark_offsets(TopicPartition(topic, p), 10) for p in partitions)
+            )
+            if held >= count:
+                break
+            time.sleep(0.5)
+        return held
+    finally:
+        consumer.close()

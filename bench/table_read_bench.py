@@ -1,0 +1,170 @@
+"""A table kind's read of its Kafka batch: a real table's changes, as Debezium's table connector sends them.
+
+    python bench/table_read_bench.py [--changes 200000] [--runs 3]
+
+Needs the stack running. A table of the run's own (common.TABLE_COLUMNS, 11 columns) is captured with
+`cdcpipe tables add`; `--changes` upserts are committed in Postgres and published by Debezium, each with its
+Connect schema, the way a table kind gets them. Then one Spark driver (`local[2]`, as a job runs by default) per
+setting reads the whole topic as one batch, `--runs` times:
+- `count_s`: the Kafka read alone (the records counted);
+- `one_read_s`: what a table kind does with its batch before it parses it: `schema_change.apply.slim` into a
+  cache, its shapes found (`observed`), every change counted from the cache. The driver's first read is its
+  first batch (`first_batch_s`: its first record's shape met first, `meet_first`); the others are a running
+  job's batches.
+The settings: the jobs' fetches (`streaming_jobs.config.FETCH`, `shipped`), the Kafka consumer's defaults (1 MB a
+partition, 500 records a poll), 16 MB / 100,000, and the shipped fetches in a JVM without its optimising compiler
+(`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). Each figure is the median of its runs.
+Writes bench/results/table_read.json; prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from common import RESULTS, captured, stack_env, table_load, wait_published
+
+from infra.config import StackSettings
+from streaming_jobs.config import FETCH
+from streaming_jobs.lake.paths import LakePath
+
+DEFAULTS = {"kafka.max.partition.fetch.bytes": str(1 << 20), "kafka.max.poll.records": "500"}
+LARGE = {"kafka.max.partition.fetch.bytes": str(16 << 20), "kafka.max.poll.records": "100000"}
+NO_C2 = "-XX:TieredStopAtLevel=1"
+SETTINGS: dict[str, tuple[dict[str, str], str]] = {
+    "shipped": (FETCH, ""),
+    "consumer_defaults": (DEFAULTS, ""),
+    "16mb_100k": (LARGE, ""),
+    "shipped_without_c2": (FETCH, NO_C2),
+}
+
+
+def driver(topic: str, fetch: dict[str, str], runs: int) -> None:
+    """In a driver of its own: time the reads, print one JSON line."""
+    from pyspark.sql import functions as F  # noqa: N812 - Spark only in the driver process
+
+    from streaming_jobs.config import JobsSettings
+    from streaming_jobs.schema_change import apply
+    from streaming_jobs.spark_session import build_spark_session
+
+    settings = JobsSettings.load(spark_master="local[2]")
+    spark = build_spark_session(settings, app_name="table-read-bench")
+    options = {**settings.kafka_reader_options(), **fetch}
+
+    def records() -> Any:
+        return (
+            spark.read.format("kafka")
+            .options(**options)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .load()
+        )
+
+    def one_read() -> int:
+        apply.meet_first(records())
+        cache = apply.slim(records()).cache()
+        try:
+            apply.observed(cache)
+            return int(cache.where(F.length(apply.PAYLOAD) > 0).count())
+        finally:
+            cache.unpersist()
+
+    def timed(read: Any) -> tuple[float, int]:
+        began = time.monotonic()
+        count = read()
+        return time.monotonic() - began, int(count)
+
+    first, read_count = timed(one_read)
+    counts, reads = [], []
+    for _ in range(runs):
+        seconds, records_counted = timed(lambda: records().count())
+        counts.append(seconds)
+        reads.append(timed(one_read)[0])
+    spark.stop()
+    print(
+        json.dumps(
+            {
+                "first_batch_s": first,
+                "count_s": counts,
+                "one_read_s": reads,
+                "records": records_counted,
+                "read": read_count,
+            }
+        )
+    )
+
+
+def measure(env: dict[str, str], topic: str, fetch: dict[str, str], java: str, runs: int) -> dict[str, Any]:
+    """One driver's figures, with these fetches and JVM options."""
+    ran = subprocess.run(
+        [sys.executable, __file__, "--driver", topic, "--fetch", json.dumps(fetch), "--runs", str(runs)],
+        env={**env, "CDCPIPE_SPARK_JAVA_OPTIONS": java},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if ran.returncode != 0:
+        raise SystemExit(f"the reading driver failed:\n{ran.stderr[-3000:]}")
+    found: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return {
+        "fetch": fetch,
+        "spark_java_options": java,
+        "records": found["records"],
+        "read": found["read"],
+        "count_s": round(statistics.median(found["count_s"]), 2),
+        "one_read_s": round(statistics.median(found["one_read_s"]), 2),
+        "first_batch_s": round(found["first_batch_s"], 2),
+        "count_s_runs": [round(s, 2) for s in found["count_s"]],
+        "one_read_s_runs": [round(s, 2) for s in found["one_read_s"]],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=200_000, help="changes in the topic")
+    parser.add_argument("--runs", type=int, default=3, help="reads of each kind per setting")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"which of {', '.join(SETTINGS)}")
+    parser.add_argument("--driver", help=argparse.SUPPRESS)  # the topic, in the reading driver
+    parser.add_argument("--fetch", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.driver:
+        driver(args.driver, json.loads(args.fetch), args.runs)
+        return
+    unknown = set(args.settings.split(",")) - set(SETTINGS)
+    if unknown or args.changes < 1 or args.runs < 1:
+        parser.error(f"--settings among {', '.join(SETTINGS)} (not {sorted(unknown)}); --changes, --runs at least 1")
+    env = {k: v for k, v in stack_env(StackSettings.load()).items() if k != "CDCPIPE_SPARK_JAVA_OPTIONS"}
+    tag = uuid.uuid4().hex[:8]
+    lake = LakePath(str(RESULTS / f"_table_read_{tag}"))
+    result: dict[str, Any] = {"benchmark": "table_read", "changes": args.changes, "cores": os.cpu_count()}
+    with captured(env, lake, tag, "mirror") as source:
+        load = table_load(source.table, max(1, args.changes // 2))
+        began = time.monotonic()
+        with psycopg.connect(env["CDCPIPE_PG_DSN"]) as conn:
+            for first in range(0, args.changes, 10_000):
+                with conn.cursor() as cur:
+                    rows = [load.row(k, k) for k in range(first, min(args.changes, first + 10_000))]
+                    cur.executemany(load.insert, rows)
+                conn.commit()
+        result["published"] = wait_published(env, source.topic, args.changes)
+        result["committed_and_published_s"] = round(time.monotonic() - began, 1)
+        for name in args.settings.split(","):
+            fetch, java = SETTINGS[name]
+            print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
+            result[name] = measure(source.env, source.topic, fetch, java, args.runs)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "table_read.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
