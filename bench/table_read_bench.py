@@ -13,7 +13,10 @@ setting reads the whole topic as one batch, `--runs` times:
   job's batches.
 The settings: the jobs' fetches (`streaming_jobs.config.FETCH`, `shipped`), the Kafka consumer's defaults (1 MB a
 partition, 500 records a poll), 16 MB / 100,000, and the shipped fetches in a JVM without its optimising compiler
-(`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). Each figure is the median of its runs.
+(`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). `bare_changes`: the same changes as
+Debezium sends them with `value.converter.schemas.enable=false` (the payload alone: the JSON converter writes
+the same bytes for it), copied into a topic of their own, read with the shipped fetches; `value_bytes` says
+what each record carries either way. Each figure is the median of its runs.
 Writes bench/results/table_read.json; prints the JSON.
 """
 
@@ -30,7 +33,8 @@ import uuid
 from typing import Any
 
 import psycopg
-from common import RESULTS, captured, stack_env, table_load, wait_published
+from common import RESULTS, captured, create_bench_topics, env_kafka, stack_env, table_load, wait_published
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from infra.config import StackSettings
 from streaming_jobs.config import FETCH
@@ -44,7 +48,46 @@ SETTINGS: dict[str, tuple[dict[str, str], str]] = {
     "consumer_defaults": (DEFAULTS, ""),
     "16mb_100k": (LARGE, ""),
     "shipped_without_c2": (FETCH, NO_C2),
+    "bare_changes": (FETCH, ""),
 }
+BARE = "bare_changes"  # the one setting that reads the copy without schemas
+ENVELOPE, PAYLOAD = b'{"schema":', b',"payload":'
+
+
+def strip_schemas(env: dict[str, str], topic: str, bare: str) -> dict[str, int]:
+    """Copy `topic` into `bare` (created here, as many partitions), each value without its Connect schema."""
+    kafka = env_kafka(env)
+    consumer = Consumer(kafka.client_config(**{"group.id": f"table-read-{uuid.uuid4().hex[:8]}"}))
+    producer = Producer(kafka.client_config(**{"linger.ms": 20}))
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        create_bench_topics(kafka, [bare], len(partitions))
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        done: set[int] = {p for p, end in ends.items() if end == 0}
+        counts = {"records": 0, "value_bytes_with_schema": 0, "value_bytes_without": 0}
+        while len(done) < len(partitions):
+            for message in consumer.consume(1000, timeout=5):
+                if message.error():
+                    raise SystemExit(f"reading {topic}: {message.error()}")
+                value, partition, offset = message.value() or b"", message.partition() or 0, message.offset() or 0
+                cut = value.find(PAYLOAD) if value.startswith(ENVELOPE) else -1
+                payload = value[cut + len(PAYLOAD) : -1] if cut >= 0 else value
+                while True:
+                    try:
+                        producer.produce(bare, key=message.key(), value=payload, partition=partition)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                counts["records"] += 1
+                counts["value_bytes_with_schema"] += len(value)
+                counts["value_bytes_without"] += len(payload)
+                if offset + 1 >= ends[partition]:
+                    done.add(partition)
+        producer.flush()
+    finally:
+        consumer.close()
+    return counts
 
 
 def driver(topic: str, fetch: dict[str, str], runs: int) -> None:
@@ -157,10 +200,18 @@ def main() -> None:
                 conn.commit()
         result["published"] = wait_published(env, source.topic, args.changes)
         result["committed_and_published_s"] = round(time.monotonic() - began, 1)
+        bare = f"{source.topic}.bare"
+        if BARE in args.settings.split(","):
+            copied = strip_schemas(source.env, source.topic, bare)
+            result["value_bytes"] = {
+                "with_schema": round(copied["value_bytes_with_schema"] / copied["records"]),
+                "without": round(copied["value_bytes_without"] / copied["records"]),
+            }
         for name in args.settings.split(","):
             fetch, java = SETTINGS[name]
             print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
-            result[name] = measure(source.env, source.topic, fetch, java, args.runs)
+            topic = bare if name == BARE else source.topic
+            result[name] = measure(source.env, topic, fetch, java, args.runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "table_read.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -59,6 +59,14 @@ ON_A_RUNNING_STACK = [
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
+    # One setting, the one that copies the changes without their schemas first: the others are the same
+    # driver with other options, on the topic as Debezium wrote it.
+    (
+        "table_read_bench",
+        ["--changes", "500", "--runs", "1", "--settings", "bare_changes"],
+        "table_read.json",
+        ["published", "bare_changes", "value_bytes"],
+    ),
     # Each variant is a driver of its own (about 30 s).
     (
         "batch_bench",
@@ -92,6 +100,10 @@ def test_a_bench_runs_and_reports(
     if name == "snapshot_bench":
         assert report["passed"], report
         assert report["mirror_rows_differing_from_the_table"] == 0
+    if name == "table_read_bench":
+        read = report["bare_changes"]
+        assert report["published"] == read["records"] == read["read"] == 500, "every change read, each once"
+        assert 0 < report["value_bytes"]["without"] < report["value_bytes"]["with_schema"]
     if name == "batch_bench":
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
         assert all(steps["batches"] >= 3 and steps["write"] > 0 for steps in report["ms_median"].values())

@@ -84,24 +84,24 @@ def test_records_failing_in_a_row_past_the_ceiling_stop_the_job_naming_the_error
         "projection",
         [topic],
         projection=BALANCES,
-        max_poison_in_a_row=5,
+        max_poison_in_a_row=3,
     )
-    overflowing: list[Event] = [("c", "MoneyDeposited", deposit("c", BIG), None) for _ in range(8)]  # offsets 2..9
+    overflowing: list[Event] = [("c", "MoneyDeposited", deposit("c", BIG), None) for _ in range(5)]  # offsets 2..6
     send(stack, topic, [("c", "AccountOpened", opened("c"), None), ("c", "MoneyDeposited", deposit("c", BIG), None)])
     send(stack, topic, overflowing)
     stopped = job.run(check=False)
     assert stopped.returncode == 2, stopped.stderr[-3000:]
     said = stopped.stderr.strip().splitlines()[-1]
     assert said.startswith("error: job "), said
-    assert "5 records in a row failed the projection write" in said
+    assert "3 records in a row failed the projection write" in said
     assert "ARITHMETIC_OVERFLOW" in said
-    assert "max_poison_in_a_row in the job file (now 5" in said
+    assert "max_poison_in_a_row in the job file (now 3" in said
     dead = sorted(int(str(r["kafka_offset"])) for r in job.table("_dead_letters"))
-    assert dead == [2, 3, 4, 5], "the fifth is not dead-lettered: it is applied once the job is fixed"
+    assert dead == [2, 3], "the third is not dead-lettered: it is applied once the job is fixed"
     # Told to go on (0: never stop), the job dead-letters the rest, each once, and moves past them.
     (job.folder / f"{job.name}.toml").write_text(
-        (job.folder / f"{job.name}.toml").read_text().replace("max_poison_in_a_row = 5", "max_poison_in_a_row = 0")
+        (job.folder / f"{job.name}.toml").read_text().replace("max_poison_in_a_row = 3", "max_poison_in_a_row = 0")
     )
     job.run()
-    assert sorted(int(str(r["kafka_offset"])) for r in job.table("_dead_letters")) == list(range(2, 10))
+    assert sorted(int(str(r["kafka_offset"])) for r in job.table("_dead_letters")) == list(range(2, 7))
     assert {r["account_id"]: r["balance"] for r in job.table()} == {"c": BIG}
