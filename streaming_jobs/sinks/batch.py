@@ -130,21 +130,20 @@ def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext,
     """The batch's table changes, read shape by shape; the contract evolved first if the source's columns changed.
 
     Kafka is read once: into a cache of the changes without their schemas (`slim`, the third value: unpersist
-    it once the changes are cached), which the shapes are found in and the changes classified from.
+    it once the changes are cached), which the shapes are found in and the changes classified from. The changes
+    come back cached (not read yet).
     """
-    schema_change.meet_first(records)
-    slim = schema_change.slim(records).cache()
-    start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
-    contract, plans = schema_change.reconcile(
-        ctx.spark,
-        ctx.job,
-        ctx.table,
-        start,
-        schema_change.observed(slim),
-        lambda: JobsSettings.load().source_pg_dsn,
-        own,
-    )
-    return replace(ctx, contract=contract, raw=records), table_changes.classify(slim, contract, plans), slim
+    with ctx.step("classify.read"):  # Kafka read into the cache, and its shapes found: one Spark job
+        schema_change.meet_first(records)
+        slim = schema_change.slim(records).cache()
+        shapes = schema_change.observed(slim)
+    with ctx.step("classify.plan"):
+        start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
+        contract, plans = schema_change.reconcile(
+            ctx.spark, ctx.job, ctx.table, start, shapes, lambda: JobsSettings.load().source_pg_dsn, own
+        )
+        changes = table_changes.classify(slim, contract, plans).cache()
+    return replace(ctx, contract=contract, raw=records), changes, slim
 
 
 def handle_batch(
@@ -181,14 +180,11 @@ def handle_batch(
             # partitions are joined, not shuffled: each keeps its records in offset order.
             fresh = fresh.coalesce(ctx.spark.sparkContext.defaultParallelism)
         slim: DataFrame | None = None  # the table kinds: the batch as read, cached until its changes are
-        with ctx.step("classify.plan"):
-            if classified:
-                events = fresh
-            elif ctx.job.kind in TABLE_KINDS:
-                ctx, events, slim = _table_changes(fresh, ctx)
-            else:
-                events = outbox_events.classify(fresh, registry)
-            events = events.cache()
+        if not classified and ctx.job.kind in TABLE_KINDS:
+            ctx, events, slim = _table_changes(fresh, ctx)  # its steps timed apart: the read, the plan
+        else:
+            with ctx.step("classify.plan"):
+                events = (fresh if classified else outbox_events.classify(fresh, registry)).cache()
         try:
             with ctx.step("classify.run"):
                 valid_records, dead, reads, unsent, source_times = _positions(
