@@ -176,6 +176,9 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200_000, help="changes in the topic")
     parser.add_argument("--runs", type=int, default=3, help="reads of each kind per setting")
     parser.add_argument("--settings", default=",".join(SETTINGS), help=f"which of {', '.join(SETTINGS)}")
+    parser.add_argument(
+        "--java-options", help="JVM options of every setting's driver instead of its own (a smoke run's cheaper JIT)"
+    )
     parser.add_argument("--driver", help=argparse.SUPPRESS)  # the topic, in the reading driver
     parser.add_argument("--fetch", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -209,6 +212,7 @@ def main() -> None:
             }
         for name in args.settings.split(","):
             fetch, java = SETTINGS[name]
+            java = java if args.java_options is None else args.java_options
             print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
             topic = bare if name == BARE else source.topic
             result[name] = measure(source.env, topic, fetch, java, args.runs)

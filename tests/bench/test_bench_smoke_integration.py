@@ -59,11 +59,18 @@ ON_A_RUNNING_STACK = [
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
+    # The variant with a table property of its own; the others are the same MERGE under a Spark setting.
+    (
+        "merge_bench",
+        ["--rows", "300", "--batches", "100", "--merges", "2", "--warmup", "1", "--variants", "deletion_vectors"],
+        "merge.json",
+        ["100", "rows"],
+    ),
     # One setting, the one that copies the changes without their schemas first: the others are the same
     # driver with other options, on the topic as Debezium wrote it.
     (
         "table_read_bench",
-        ["--changes", "500", "--runs", "1", "--settings", "bare_changes"],
+        ["--changes", "500", "--runs", "1", "--settings", "bare_changes", "--java-options=-XX:TieredStopAtLevel=1"],
         "table_read.json",
         ["published", "bare_changes", "value_bytes"],
     ),
@@ -100,6 +107,10 @@ def test_a_bench_runs_and_reports(
     if name == "snapshot_bench":
         assert report["passed"], report
         assert report["mirror_rows_differing_from_the_table"] == 0
+    if name == "merge_bench":
+        merges = report["100"]["deletion_vectors"]
+        assert len(merges["ms_each"]) == 2
+        assert merges["ms_median"] > 0
     if name == "table_read_bench":
         read = report["bare_changes"]
         assert report["published"] == read["records"] == read["read"] == 500, "every change read, each once"
