@@ -483,20 +483,37 @@ def captured(
                 future.result(30)
 
 
-def wait_published(env: dict[str, str], topic: str, count: int, timeout_s: float = 600) -> int:
-    """The records in `topic` once it holds `count` (or at the timeout)."""
+def commit_changes(source: Captured, changes: int, timeout_s: float = 600) -> tuple[int, float]:
+    """`changes` upserts (common.table_load, over changes // 2 rows) into a captured table, until its topic holds them.
+
+    Committed in transactions of 10,000. Returns the records in the topic and the seconds from the first commit to
+    the last change published; stops the bench if Debezium has not published them all within `timeout_s`.
+    """
+    env = source.env
+    load = table_load(source.table, max(1, changes // 2))
+    began = time.monotonic()
+    with psycopg.connect(env["CDCPIPE_PG_DSN"]) as conn:
+        for first in range(0, changes, 10_000):
+            with conn.cursor() as cur:
+                cur.executemany(load.insert, [load.row(k, k) for k in range(first, min(changes, first + 10_000))])
+            conn.commit()
     consumer = Consumer(env_kafka(env).client_config(**{"group.id": f"jobs-bench-{uuid.uuid4().hex[:8]}"}))
     try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        partitions = sorted(consumer.list_topics(source.topic, timeout=10).topics[source.topic].partitions)
         deadline, held = time.monotonic() + timeout_s, 0
-        while time.monotonic() < deadline:
+        while held < changes:
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"{source.topic} holds {held} of the {changes} changes committed after {timeout_s:.0f} s: see the "
+                    f"connector {env['CDCPIPE_CAPTURE_CONNECTOR']!r} (`cdcpipe connectors status`) and Connect's log"
+                )
+            time.sleep(0.5)
             held = sum(
                 high - low
-                for low, high in (consumer.get_watermark_offsets(TopicPartition(topic, p), 10) for p in partitions)
+                for low, high in (
+                    consumer.get_watermark_offsets(TopicPartition(source.topic, p), 10) for p in partitions
+                )
             )
-            if held >= count:
-                break
-            time.sleep(0.5)
-        return held
+        return held, time.monotonic() - began
     finally:
         consumer.close()

@@ -54,6 +54,7 @@ from common import (
     Generator,
     Load,
     captured,
+    commit_changes,
     create_topic,
     env_kafka,
     fill_topic,
@@ -64,7 +65,6 @@ from common import (
     start_relay,
     table_load,
     wait_leader,
-    wait_published,
 )
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -242,15 +242,7 @@ def table_throughput(env: dict[str, str], lake: LakePath, tag: str, changes: int
     processedRowsPerSecond, the median) and of the whole run including the driver's start.
     """
     with captured(env, lake, tag, "mirror") as source:
-        load = table_load(source.table, max(1, changes // 2))
-        began_load = time.monotonic()
-        with psycopg.connect(env["CDCPIPE_PG_DSN"]) as conn:
-            for first in range(0, changes, 10_000):
-                with conn.cursor() as cur:
-                    cur.executemany(load.insert, [load.row(k, k) for k in range(first, min(changes, first + 10_000))])
-                conn.commit()
-        published = wait_published(env, source.topic, changes)
-        load_s = time.monotonic() - began_load
+        published, load_s = commit_changes(source, changes)
         began = time.monotonic()
         ran = subprocess.run(
             [sys.executable, "-m", "streaming_jobs.run.runner", source.job, "--trigger", "available-now"],

@@ -1,9 +1,10 @@
 """Warm `stack up` time per service and idle resident memory, over several down/up cycles.
 
-    python bench/stack_startup.py [--runs 3] [--idle-seconds 20]
+    python bench/stack_startup.py [--runs 3] [--idle-seconds 20] [--leave-up]
 
 Needs the stack installed and stopped (its data may exist: that is the warm case). Prints JSON with the
-median and every run, and writes it to bench/results/stack_startup.json.
+median and every run, and writes it to bench/results/stack_startup.json. `--leave-up`: the last run's stack
+stays up, for a caller that goes on with it (the stack's lifecycle test, which saves a cycle).
 """
 
 from __future__ import annotations
@@ -25,18 +26,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--idle-seconds", type=float, default=20.0)
+    parser.add_argument("--leave-up", action="store_true", help="keep the last run's stack up")
     args = parser.parse_args()
     settings = StackSettings.load()
     if any(row.pid for row in stack.status(settings)):
         raise SystemExit("stop the stack first (cdcpipe stack down): this measures start-up")
     runs: list[dict[str, Any]] = []
-    for _ in range(args.runs):
+    for run in range(args.runs):
         began = time.monotonic()
         started = stack.up(settings, spark_cluster=True, report=lambda _: None)
         total = time.monotonic() - began
         time.sleep(args.idle_seconds)
         rss = {row.service: row.rss_bytes for row in stack.status(settings)}
-        stack.down(settings, report=lambda _: None)
+        if run < args.runs - 1 or not args.leave_up:
+            stack.down(settings, report=lambda _: None)
         runs.append(
             {
                 "total_up_s": round(total, 2),

@@ -32,8 +32,7 @@ import time
 import uuid
 from typing import Any
 
-import psycopg
-from common import RESULTS, captured, create_bench_topics, env_kafka, stack_env, table_load, wait_published
+from common import RESULTS, captured, commit_changes, create_bench_topics, env_kafka, stack_env
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from infra.config import StackSettings
@@ -193,16 +192,8 @@ def main() -> None:
     lake = LakePath(str(RESULTS / f"_table_read_{tag}"))
     result: dict[str, Any] = {"benchmark": "table_read", "changes": args.changes, "cores": os.cpu_count()}
     with captured(env, lake, tag, "mirror") as source:
-        load = table_load(source.table, max(1, args.changes // 2))
-        began = time.monotonic()
-        with psycopg.connect(env["CDCPIPE_PG_DSN"]) as conn:
-            for first in range(0, args.changes, 10_000):
-                with conn.cursor() as cur:
-                    rows = [load.row(k, k) for k in range(first, min(args.changes, first + 10_000))]
-                    cur.executemany(load.insert, rows)
-                conn.commit()
-        result["published"] = wait_published(env, source.topic, args.changes)
-        result["committed_and_published_s"] = round(time.monotonic() - began, 1)
+        result["published"], took = commit_changes(source, args.changes)
+        result["committed_and_published_s"] = round(took, 1)
         bare = f"{source.topic}.bare"
         if BARE in args.settings.split(","):
             copied = strip_schemas(source.env, source.topic, bare)

@@ -173,7 +173,7 @@ class Service(ABC):
 
         Prometheus' JMX exporter runs as a Java agent inside the JVM: Debezium's streaming and snapshot metrics
         and the broker's exist only as JMX beans. What it serves, and under which names, is
-        infra/jmx/<service>.yml, copied beside the service's other config by `prepare`.
+        infra/jmx/<service>.yml, which `prepare` copies beside the service's other config (`_write_jmx_config`).
         """
         if port == 0:
             return []
@@ -181,9 +181,16 @@ class Service(ABC):
         agents = sorted(folder.glob("jmx_prometheus_javaagent-*.jar"))
         if not agents:
             raise NotInstalledError(f"{self.name}: no JMX exporter agent in {folder}; run `make install` first")
-        conf = self.settings.state / "conf" / f"jmx-{self.name}.yml"
+        return [f"-javaagent:{agents[-1]}=127.0.0.1:{port}:{self._jmx_config()}"]
+
+    def _jmx_config(self) -> Path:
+        return self.settings.state / "conf" / f"jmx-{self.name}.yml"
+
+    def _write_jmx_config(self) -> None:
+        """For `prepare`: the agent's rules (infra/jmx/<service>.yml) beside the service's other config."""
+        conf = self._jmx_config()
+        conf.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(JMX_CONFIGS / f"{self.name}.yml", conf)
-        return [f"-javaagent:{agents[-1]}=127.0.0.1:{port}:{conf}"]
 
     def _write_log4j(self) -> None:
         conf = self.settings.state / "conf"

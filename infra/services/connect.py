@@ -52,6 +52,7 @@ class Connect(Service):
 
     def prepare(self) -> None:
         self._write_log4j()
+        self._write_jmx_config()
         s = self.settings
         plugins = s.lib / "plugins"
         self._jars(plugins / "debezium-connector-postgres")

@@ -63,6 +63,7 @@ class Kafka(Service):
 
     def prepare(self) -> None:
         self._write_log4j()
+        self._write_jmx_config()
         s = self.settings
         tls.ensure(kafka_security.tls_folder(s))
         kafka_security.write_client_files(s)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -12,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
+from tests.support.spark_host import spark_run
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -26,25 +25,10 @@ def send(stack: Stack, topic: str, count: int) -> list[str]:
     return values
 
 
-def run_check(stack: Stack, topic: str, table: Path, master: str) -> dict[str, object]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streaming_jobs.stack_check",
-            "--topic",
-            topic,
-            "--table",
-            str(table),
-            "--master",
-            master,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=stack.process_env(),
-        check=False,
-    )
+def run_check(stack: Stack, topic: str, table: Path, master: str | None = None) -> dict[str, object]:
+    """`python -m streaming_jobs.stack_check`: on this test process's shared driver (local[2]) unless `master`."""
+    argv = ["--topic", topic, "--table", str(table), *(["--master", master] if master else [])]
+    proc = spark_run("streaming_jobs.stack_check", argv, stack.process_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
@@ -59,7 +43,7 @@ def read_back(table: Path) -> list[dict[str, object]]:
 def test_local_session_reads_kafka_and_writes_delta(stack: Stack, topic: str, tmp_path: Path) -> None:
     values = send(stack, topic, 200)
     table = tmp_path / "events"
-    result = run_check(stack, topic, table, "local[2]")
+    result = run_check(stack, topic, table)
     assert result["master"] == "local[2]"
     assert result["rows"] == 200
     rows = read_back(table)
@@ -69,7 +53,7 @@ def test_local_session_reads_kafka_and_writes_delta(stack: Stack, topic: str, tm
 
     # The checkpoint holds the position: a second run appends only what was sent since.
     more = send(stack, topic, 30)
-    assert run_check(stack, topic, table, "local[2]")["rows"] == 230
+    assert run_check(stack, topic, table)["rows"] == 230
     assert sorted(r["value"] for r in read_back(table)) == sorted(values + more)  # type: ignore[type-var]
 
 

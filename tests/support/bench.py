@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tests.support.spark_host import spark_run
 from tests.support.stack import Stack
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -28,16 +29,27 @@ def load_bench_module(name: str) -> ModuleType:
     return module
 
 
-def run_bench(stack: Stack, tmp_path: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-    """Run bench/<name>.py to its end, its results into tmp_path (CDCPIPE_BENCH_RESULTS)."""
-    result = subprocess.run(
-        [sys.executable, str(BENCH / f"{name}.py"), *args],
-        env={**stack.process_env(), "CDCPIPE_BENCH_RESULTS": str(tmp_path), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+def run_bench(
+    stack: Stack,
+    tmp_path: Path,
+    name: str,
+    args: list[str],
+    env: dict[str, str] | None = None,
+    shared_driver: bool = False,
+) -> None:
+    """Run bench/<name>.py to its end, its results into tmp_path (CDCPIPE_BENCH_RESULTS).
+
+    `shared_driver`: on this test process's Spark driver (tests.support.spark_host), for a bench whose figures
+    leave its session's start out; else a process of its own, as a user runs it.
+    """
+    env = {**stack.process_env(), "CDCPIPE_BENCH_RESULTS": str(tmp_path), **(env or {})}
+    script = str(BENCH / f"{name}.py")
+    if shared_driver:
+        result = spark_run(script, args, env, timeout=900)
+    else:
+        result = subprocess.run(
+            [sys.executable, script, *args], env=env, capture_output=True, text=True, timeout=900, check=False
+        )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

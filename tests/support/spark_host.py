@@ -4,7 +4,7 @@ A job run of the tests (`Job.run`, `cdcpipe jobs backfill|replay|optimize|rewind
 process of its own, and paid a JVM, a SparkContext, and the first Kafka read and Delta write of a cold JVM:
 13-15 s on this machine, against about one second warm. The host is a process (`python -m
 tests.support.spark_host`) that keeps one SparkSession (local[2], the tests' master) and runs each request's
-entry point (`streaming_jobs.run.runner.main` or `cdcpipe.cli.main`) with the request's environment, working
+entry point (`streaming_jobs.run.runner.main`, `streaming_jobs.stack_check.main` or `cdcpipe.cli.main`) with the request's environment, working
 folder and arguments, its stdout and stderr (the JVM's included) captured at the file descriptors.
 
 What the real processes did between runs, the host does after each request: every streaming query stopped,
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import runpy
 import secrets
 import signal
 import subprocess
@@ -44,6 +45,11 @@ SESSION_VARIABLES = ("CDCPIPE_HOME", "CDCPIPE_CONFIG")
 SPARK_COMMANDS = ("backfill", "replay", "optimize", "rewind", "accept-topics")
 START_TIMEOUT_S = 180.0
 SWITCH = "CDCPIPE_TEST_SPARK_HOST"  # 0: every run a process of its own, as before (to compare, or to debug)
+
+
+def command(entry: str, argv: list[str]) -> list[str]:
+    """What a process of its own runs: `python -m <entry>`, or `python <script>` for a benchmark's script."""
+    return [sys.executable, entry, *argv] if entry.endswith(".py") else [sys.executable, "-m", entry, *argv]
 
 
 def session_key(env: dict[str, str]) -> dict[str, str]:
@@ -73,7 +79,7 @@ class SparkHost:
             finally:
                 self._lock.release()
         return subprocess.run(
-            [sys.executable, "-m", entry, *argv],
+            command(entry, argv),
             capture_output=True,
             text=True,
             env=env,
@@ -120,7 +126,7 @@ class SparkHost:
         self, entry: str, argv: list[str], env: dict[str, str], timeout: float, cwd: str | None
     ) -> subprocess.CompletedProcess[str]:
         assert self._conn is not None
-        args = [sys.executable, "-m", entry, *argv]
+        args = command(entry, argv)
         try:
             self._conn.send({"entry": entry, "argv": argv, "env": env, "cwd": cwd or os.getcwd()})
             if not self._conn.poll(timeout):
@@ -170,7 +176,7 @@ HOST = SparkHost()
 def spark_run(
     entry: str, argv: list[str], env: dict[str, str], timeout: float = 600, cwd: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run a Spark entry point (`streaming_jobs.run.runner` or `cdcpipe`) on this test process's shared driver."""
+    """Run a Spark entry point (a module's `main`, or a bench/<name>.py script) on this test process's shared driver."""
     return HOST.run(entry, argv, env, timeout, cwd)
 
 
@@ -255,8 +261,29 @@ def _call(entry: str, argv: list[str]) -> int:
             from tests.support import spark_read
 
             return spark_read.main(argv)
+        if entry == "streaming_jobs.stack_check":
+            from streaming_jobs import stack_check
+
+            return stack_check.main(argv)
+        if entry.endswith(".py") and Path(entry).parent.name == "bench":
+            # A benchmark's script, as `python bench/<name>.py` runs it: its folder first on the path (its
+            # `common`), its arguments in sys.argv. Its session is the host's (build_spark_session's
+            # getOrCreate), its `spark.stop()` the host's.
+            folder = str(Path(entry).parent)
+            # Its own modules imported afresh, as in a new process: `common` reads CDCPIPE_BENCH_RESULTS on import.
+            for name, module in list(sys.modules.items()):
+                if str(Path(getattr(module, "__file__", None) or "/").parent) == folder:
+                    del sys.modules[name]
+            sys.path.insert(0, folder)
+            sys.argv = [entry, *argv]
+            try:
+                runpy.run_path(entry, run_name="__main__")
+            finally:
+                sys.path.remove(folder)
+            return 0
         print(
-            f"the Spark host runs streaming_jobs.run.runner, cdcpipe and tests.support.spark_read, not {entry}",
+            f"the Spark host runs streaming_jobs.run.runner, streaming_jobs.stack_check, cdcpipe, "
+            f"tests.support.spark_read and bench/<name>.py, not {entry}",
             file=sys.stderr,
         )
         return 2
