@@ -286,6 +286,10 @@ def prepare(soak: Soak) -> list[checks.Event]:
                     "slot.name": soak.schema,
                     "publication.name": f"pub_tables_{soak.schema}",
                     "table.include.list": f"{soak.schema}\\.accounts",
+                    # The run's own heartbeat table: the shipped one is the default schema's, which a fresh stack
+                    # does not have (Debezium would restart the connector every 10 s until it did).
+                    "heartbeat.action.query": f"INSERT INTO {soak.schema}.debezium_heartbeat (id, beat) "
+                    "VALUES (2, now()) ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat",
                 },
             }
         )

@@ -18,7 +18,7 @@ from schemas.config import OutboxNames
 from tests.support.connectors import (
     connect_client,
     outbox_connector,
-    shipped,
+    table_connector,
     wait_slot_active,
     wait_state,
     write_definition,
@@ -272,18 +272,13 @@ def captured_table(stack: Stack, outbox: Outbox, table: str, prefix: str, column
     )
     with psycopg.connect(stack.pg_dsn) as conn:
         schema_outbox.apply(conn, outbox.names, settings)
-    config = shipped("tables")
-    config.update(
-        {
-            "topic.prefix": f"{prefix}_{outbox.tag}",
-            "slot.name": f"slot_{prefix}_{outbox.tag}",
-            "publication.name": f"pub_{prefix}_{outbox.tag}",
-            "table.include.list": f"public\\.{table}",
-            "heartbeat.action.query": f"INSERT INTO {outbox.names.outbox_schema}.debezium_heartbeat (id, beat) VALUES "
-            "(2, now()) ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat",
-        }
+    return table_connector(
+        outbox,
+        prefix=f"{prefix}_{outbox.tag}",
+        slot=f"slot_{prefix}_{outbox.tag}",
+        publication=f"pub_{prefix}_{outbox.tag}",
+        table=table,
     )
-    return config
 
 
 def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:

@@ -43,6 +43,27 @@ def outbox_connector(outbox: Outbox, **overrides: str) -> dict[str, object]:
     return {"name": f"test-{outbox.tag}", "config": config}
 
 
+def table_connector(outbox: Outbox, *, prefix: str, slot: str, publication: str, table: str) -> dict[str, str]:
+    """The shipped table connector's config for public.`table`, with this test's names and heartbeat table.
+
+    The shipped heartbeat names the default outbox schema's table, which exists only once something has made it:
+    a connector whose heartbeat fails restarts every 10 s until then (Debezium retries the error), its snapshot
+    taken again each time.
+    """
+    config = shipped("tables")
+    config.update(
+        {
+            "topic.prefix": prefix,
+            "slot.name": slot,
+            "publication.name": publication,
+            "table.include.list": f"public\\.{table}",
+            "heartbeat.action.query": f"INSERT INTO {outbox.names.outbox_schema}.debezium_heartbeat (id, beat) "
+            "VALUES (2, now()) ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat",
+        }
+    )
+    return config
+
+
 def write_definition(tmp_path: Path, definition: dict[str, object], file: str = "connector.json") -> Path:
     path = tmp_path / file
     path.write_text(json.dumps(definition, indent=2))

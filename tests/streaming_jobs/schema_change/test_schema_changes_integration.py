@@ -23,7 +23,7 @@ from deltalake.exceptions import DeltaError
 from psycopg import sql
 
 from schemas import outbox as schema_outbox
-from tests.support.connectors import shipped, wait_slot_active, wait_state, write_definition
+from tests.support.connectors import table_connector, wait_slot_active, wait_state, write_definition
 from tests.support.jobs import alive_and, status
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
@@ -122,15 +122,9 @@ def source(stack: Stack, outbox: Outbox, tmp_path: Path, request: pytest.Fixture
     imported = cdcpipe("schema", "tables", "import", table, env=env)
     assert imported.returncode == 0, imported.stderr
     assert (contracts / f"{table}.json").is_file()
-    config = shipped("tables")
     prefix = f"evo_{outbox.tag}"
-    config.update(
-        {
-            "topic.prefix": prefix,
-            "slot.name": f"slot_evo_{outbox.tag}",
-            "publication.name": f"pub_evo_{outbox.tag}",
-            "table.include.list": f"public\\.{name}",
-        }
+    config = table_connector(
+        outbox, prefix=prefix, slot=f"slot_evo_{outbox.tag}", publication=f"pub_evo_{outbox.tag}", table=name
     )
     connector = f"test-evo-{outbox.tag}"
     applied = cdcpipe(

@@ -13,7 +13,7 @@ from psycopg import sql
 
 from demo.run import EXAMPLES
 from schemas import outbox as schema_outbox
-from tests.support.connectors import shipped, wait_slot_active, wait_state, write_definition
+from tests.support.connectors import table_connector, wait_slot_active, wait_state, write_definition
 from tests.support.jobs import T0, change, make_job, row, send_changes
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
@@ -176,14 +176,12 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
     contracts.mkdir()
     contract = json.loads((EXAMPLES / "tables" / "public.accounts.json").read_text())
     (contracts / f"public.{table}.json").write_text(json.dumps(contract))
-    config = shipped("tables")
-    config.update(
-        {
-            "topic.prefix": f"mirror_{outbox.tag}",
-            "slot.name": f"slot_mirror_{outbox.tag}",
-            "publication.name": f"pub_tables_{outbox.tag}",
-            "table.include.list": f"public\\.{table}",
-        }
+    config = table_connector(
+        outbox,
+        prefix=f"mirror_{outbox.tag}",
+        slot=f"slot_mirror_{outbox.tag}",
+        publication=f"pub_tables_{outbox.tag}",
+        table=table,
     )
     name = f"test-mirror-{outbox.tag}"
     env = stack.process_env()
