@@ -4,8 +4,9 @@ A job run of the tests (`Job.run`, `cdcpipe jobs backfill|replay|optimize|rewind
 process of its own, and paid a JVM, a SparkContext, and the first Kafka read and Delta write of a cold JVM:
 13-15 s on this machine, against about one second warm. The host is a process (`python -m
 tests.support.spark_host`) that keeps one SparkSession (local[2], the tests' master) and runs each request's
-entry point (`streaming_jobs.run.runner.main`, `streaming_jobs.stack_check.main` or `cdcpipe.cli.main`) with the request's environment, working
-folder and arguments, its stdout and stderr (the JVM's included) captured at the file descriptors.
+entry point (`streaming_jobs.run.runner.main`, `streaming_jobs.stack_check.main`, `cdcpipe.cli.main`, or a
+bench/<name>.py script) with the request's environment, working folder and arguments, its stdout and stderr (the
+JVM's included) captured at the file descriptors.
 
 What the real processes did between runs, the host does after each request: every streaming query stopped,
 Spark's cache and Delta's log cache cleared, the session's runtime settings put back as they were, the

@@ -18,6 +18,7 @@ from tests.support.jobs import T0, change, make_job, row, send_changes
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -220,6 +221,18 @@ def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
             source_table=f"public.{table}",
         )
         job.run()
+        # The connector beats on this test's own heartbeat table: one naming another schema's table restarts the
+        # connector every 10 s (Debezium retries the failed query) until that table exists.
+        beat = sql.SQL("SELECT count(*) FROM {} WHERE id = 2").format(
+            sql.Identifier(outbox.names.outbox_schema, "debezium_heartbeat")
+        )
+
+        def beaten() -> bool:
+            with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+                found = conn.execute(beat).fetchone()
+            return found is not None and found[0] == 1
+
+        wait_until(beaten, 60, f"the connector's heartbeat in {outbox.names.outbox_schema}.debezium_heartbeat")
     finally:
         cdcpipe("connectors", "delete", name, "--drop-slot", "--drop-publication", "--yes", env=env)
         with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
