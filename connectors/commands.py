@@ -13,7 +13,7 @@ from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from connectors.definitions import Change
-from connectors.errors import ConnectError
+from connectors.errors import ConnectError, DefinitionError
 from connectors.slots import SlotStatus
 
 
@@ -23,7 +23,8 @@ def apply(
     """Validate every definition under `path` first; only if all pass, create or update what differs.
 
     A Postgres connector is created STOPPED, and started only once its offsets are known to fit its slot
-    (`settings` say where Postgres is; without them it is created running).
+    (`settings` say where Postgres is; without them it is created running). With `settings`, a Postgres
+    connector's heartbeat query is planned on Postgres first (`slots.heartbeat_query_problem`).
     """
     return apply_definitions(client, definitions.load(path), dry_run=dry_run, settings=settings)
 
@@ -38,6 +39,9 @@ def apply_definitions(
     """`apply` of definitions already loaded (or made by `cdcpipe tables add`)."""
     for definition in loaded:
         definitions.check_against_plugin(definition, client.validate({**definition.config, "name": definition.name}))
+        problem = slots.heartbeat_query_problem(settings, definition.config) if settings is not None else None
+        if problem:
+            raise DefinitionError(f"{definition.source} ({definition.name})", {slots.HEARTBEAT_QUERY: [problem]})
     changes = [definitions.plan(d, client.config(d.name)) for d in loaded]
     if not dry_run:
         for change in changes:

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from connectors.config import ConnectSettings
 from connectors.errors import ConnectError
@@ -104,3 +105,40 @@ def drop_publication(settings: ConnectSettings, publication: str) -> None:
     """Drop a publication (a connector using it fails until it exists again)."""
     with _connect(settings) as conn:
         conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+
+
+HEARTBEAT_QUERY = "heartbeat.action.query"
+
+
+def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -> str | None:
+    """Why Postgres would refuse the connector's `heartbeat.action.query`, or None when it plans it.
+
+    Debezium runs the query at each heartbeat and, when Postgres refuses it, restarts the connector's task
+    every heartbeat interval, its snapshot again each time, while Connect shows the task RUNNING. So the query
+    is planned here first (`EXPLAIN`, in a transaction rolled back: nothing it names is written), on
+    CDCPIPE_PG_DSN's database when it is the connector's.
+    """
+    query = config.get(HEARTBEAT_QUERY, "").strip().rstrip(";")
+    if not query or "postgres" not in config.get("connector.class", "").lower():
+        return None
+    dsn = settings.pg_dsn.get_secret_value()
+    database = str(conninfo_to_dict(dsn).get("dbname", ""))
+    named = config.get("database.dbname", "")
+    if named and not named.startswith("${") and named != database:
+        return None  # another database than CDCPIPE_PG_DSN's: not one this can see (a provider's is taken as it)
+    try:
+        conn = psycopg.connect(dsn, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise ConnectError(f"cannot check {HEARTBEAT_QUERY} on Postgres ({exc}); check CDCPIPE_PG_DSN") from exc
+    with conn:
+        try:
+            conn.execute("EXPLAIN " + query)  # the user's own SQL, as Debezium runs it
+        except psycopg.Error as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return (
+                f"Postgres (database {database}) refuses it ({first}), and Debezium would restart the task every heartbeat: create what "
+                "it names (`cdcpipe schema apply` makes <outbox schema>.debezium_heartbeat) or change the query"
+            )
+        finally:
+            conn.rollback()
+    return None

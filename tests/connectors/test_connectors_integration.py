@@ -322,6 +322,12 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
         ({"heartbeat.interval.ms": "soon"}, "heartbeat.interval.ms", "integer is expected"),
         ({"topic.prefix": None}, "topic.prefix", ""),
         ({"database.password": "plain-text-password"}, "database.password", "secret in plain text"),
+        # Debezium would restart the task at every heartbeat while Connect shows it RUNNING.
+        (
+            {"heartbeat.action.query": "INSERT INTO no_such_schema.beats (id) VALUES (1);"},
+            "heartbeat.action.query",
+            'refuses it (relation "no_such_schema.beats" does not exist',
+        ),
         (
             {"producer.override.sasl.jaas.config": "${env:JAAS}"},
             "producer.override.sasl.jaas.config",
