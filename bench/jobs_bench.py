@@ -3,6 +3,7 @@
     python bench/jobs_bench.py [--rate 3000] [--seconds 30] [--runs 3] [--s3-runs N] [--kinds event_log,...]
                                [--warmup-s 180] [--events 200000] [--lakes local,s3] [--job-setting KEY=VALUE]
     python bench/jobs_bench.py --lakes local --drift-minutes 10 [--drift-kind table_mirror]
+    python bench/jobs_bench.py --lakes local --sustain-rates 1000,2000,3000,4500 --kinds floor,table_mirror
 
 Needs the stack running. Everything shares the two cores: Postgres, Kafka, our relay, the Spark driver.
 
@@ -22,6 +23,10 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up. With a
   table kind asked for, the same for a mirror over N changes of the table (`mirror_throughput`).
+- Sustained rate (`--sustain-rates`): each kind at each rate in turn, ascending, until its latency grows over
+  the window (the last third's median over the first third's by more than `GROWTH_S` or half, `keeps_up`);
+  the highest rate it kept up with, and its ratio over the floor's. A window of fewer than `MIN_BATCHES` batches
+  gives no verdict (`keeps_up` null) and ends the search: give such a kind --seconds of ten of its batches.
 Each measurement runs on each lake asked for, one after the other in one run: the stack's local folder
 (`local`) and its object store (`s3`, through S3A); `s3_vs_local` holds the ratios.
 Writes bench/results/jobs.json and a plot of each kind's latency by percentile (jobs_latency_<lake>.png, the
@@ -42,7 +47,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -104,6 +109,55 @@ def job_file(folder: Path, name: str, kind: str, topic: str, trigger: str, setti
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))]
+
+
+# A job keeps up with a rate when its latency does not grow over the measured window: the median of the last
+# third of the changes (by scheduled commit) is at most this much above the first third's (or half of it, the
+# larger). A job at 1.2x its capacity for 30 s grows by about 4 s between the two.
+GROWTH_S = 1.0
+
+
+def thirds(latencies: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The median latency of the first and of the last third of (scheduled time, latency), in scheduled order."""
+    if len(latencies) < 3:
+        return None
+    ordered = [seconds for _, seconds in sorted(latencies)]
+    third = len(ordered) // 3
+    return statistics.median(ordered[:third]), statistics.median(ordered[-third:])
+
+
+# Fewer batches than this in the window say nothing of a trend: a kind whose batch takes a third of the window
+# shows the warm-up's backlog draining (measured: a mirror's 3-6 batches in 30 s, its last third below its first).
+MIN_BATCHES = 10
+
+
+def keeps_up(first_last: tuple[float, float] | None, batches: int = MIN_BATCHES) -> bool | None:
+    """Whether the latency held over the window (`thirds`); None when too little was measured to say."""
+    if first_last is None or batches < MIN_BATCHES:
+        return None
+    first, last = first_last
+    return last - first <= max(GROWTH_S, first / 2)
+
+
+def highest_sustained(measure: Callable[[str, int], dict[str, Any]], kind: str, rates: list[int]) -> dict[str, Any]:
+    """Each rate in turn, ascending, until one the kind does not keep up with: the highest it kept up with.
+
+    `measure(kind, rate)` is one latency run (its result holds `keeps_up` and `latency_s`).
+    """
+    tried: dict[str, Any] = {}
+    best = None
+    for rate in sorted(rates):
+        run = measure(kind, rate)
+        tried[str(rate)] = {
+            "keeps_up": run.get("keeps_up"),
+            "latency_s": run.get("latency_s"),
+            "latency_thirds_s": run.get("latency_thirds_s"),
+            "batches": run.get("batches"),
+        }
+        if not run.get("keeps_up"):
+            break
+        best = rate
+    return {"highest_sustained_per_s": best, "rates": tried}
 
 
 # What a latency run measures: a job of a kind, or the floor job (bare, or with the jobs' one task per core);
@@ -316,6 +370,7 @@ def _measure(
         visible - scheduled_ns / 1e9 for scheduled_ns, visible in first_seen.items() if scheduled_ns >= start_ns
     ]
     commits = _commit_times(table)
+    growth = thirds([(n / 1e9, visible - n / 1e9) for n, visible in first_seen.items() if n >= start_ns])
     return {
         "rate_per_s": rate,
         "seconds": seconds,
@@ -330,6 +385,8 @@ def _measure(
         }
         if seconds_each
         else None,
+        "latency_thirds_s": [round(x, 3) for x in growth] if growth else None,
+        "keeps_up": keeps_up(growth, len(_measured(batches))),
         "batches": _batch_summary(batches, commits),
         "cycle_ms_median": _cycle_split(batches, commits),
         "batch_duration_by_minute_ms": _by_minute(batches),
@@ -721,6 +778,12 @@ def main() -> None:
     )
     parser.add_argument("--drift-kind", default="event_log", choices=KINDS, help="the job kind of a drift run")
     parser.add_argument(
+        "--sustain-rates",
+        default="",
+        help="instead: each kind at these rates (comma-separated), ascending until it falls behind: the highest "
+        "it keeps up with, a run of --seconds each (jobs_sustain.json)",
+    )
+    parser.add_argument(
         "--settle-s", type=float, default=SETTLE_S, help="seconds a driver gets to start before the warm-up"
     )
     parser.add_argument(
@@ -783,6 +846,24 @@ def main() -> None:
                         "last_minute_over_first": _last_over_first(by_minute),
                     }
                     continue
+                if args.sustain_rates:
+                    rates = [int(r) for r in args.sustain_rates.split(",")]
+
+                    def one(kind: str, rate: int, name: str = name, lake: LakePath = lake) -> dict[str, Any]:
+                        run_tag = f"{tag}{chosen.index(name)}{KINDS.index(kind)}s{rate}"
+                        topics.append(f"jobs.{run_tag}.bench")
+                        with stage(f"{name}: {kind} at {rate}/s"):
+                            return latency(
+                                env, lake, run_tag, rate, args.seconds, kind, args.settle_s, args.warmup_s, settings
+                            )
+
+                    sustained = {kind: highest_sustained(one, kind, rates) for kind in kinds}
+                    floor_best = sustained.get("floor", {}).get("highest_sustained_per_s")
+                    for found in sustained.values():
+                        best = found["highest_sustained_per_s"]
+                        found["over_floor"] = round(best / floor_best, 2) if best and floor_best else None
+                    result[name] = {"lake": str(lake), "sustain": sustained}
+                    continue
                 runs: list[dict[str, Any]] = []
                 for r in range(args.s3_runs if name == "s3" and args.s3_runs is not None else args.runs):
                     # The kinds take turns within each run, so the machine's noise falls on all of them alike.
@@ -820,7 +901,7 @@ def main() -> None:
             finally:
                 if not args.keep_lake:
                     lake.delete_tree()
-        if "local" in result and "s3" in result and not args.drift_minutes:
+        if "local" in result and "s3" in result and not (args.drift_minutes or args.sustain_rates):
             result["s3_vs_local"] = ratios(result["local"], result["s3"])
         result["note"] = (
             "latency: scheduled commit time in Postgres -> the Delta commit that made the row visible (trigger 1s); "
@@ -833,9 +914,8 @@ def main() -> None:
         for future in admin.delete_topics(topics).values() if topics else []:
             with contextlib.suppress(Exception):  # a topic the run did not get to create
                 future.result(30)
-    (RESULTS / ("jobs_drift.json" if args.drift_minutes else "jobs.json")).write_text(
-        json.dumps(result, indent=2) + "\n"
-    )
+    file = "jobs_drift.json" if args.drift_minutes else "jobs_sustain.json" if args.sustain_rates else "jobs.json"
+    (RESULTS / file).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

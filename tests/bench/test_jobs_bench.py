@@ -1,0 +1,42 @@
+"""The jobs bench's sustained-rate search: a job that falls behind is seen, and the search stops there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.bench import load_bench_module
+
+jobs_bench: Any = load_bench_module("jobs_bench")
+
+
+def steady(n: int, seconds: float) -> list[tuple[float, float]]:
+    return [(i / 100, seconds) for i in range(n)]
+
+
+def test_a_latency_that_holds_keeps_up_and_one_that_grows_does_not() -> None:
+    assert jobs_bench.keeps_up(jobs_bench.thirds(steady(300, 1.2))) is True
+    # 1.2x over capacity for 30 s: each change waits 0.2 s longer per second of the run.
+    growing = [(t / 100, 1.0 + 0.2 * t / 100) for t in range(3000)]
+    first, last = jobs_bench.thirds(growing)
+    assert last - first > 3
+    assert jobs_bench.keeps_up((first, last)) is False
+    # A slow kind whose latency holds keeps up: the allowance is half its first third's.
+    assert jobs_bench.keeps_up((10.0, 14.0)) is True
+    assert jobs_bench.keeps_up(jobs_bench.thirds(steady(2, 1.0))) is None
+    # A window of a few long batches shows the warm-up draining, not a trend: no verdict.
+    assert jobs_bench.keeps_up((20.0, 13.0), batches=6) is None
+
+
+def test_the_search_stops_at_the_first_rate_not_kept_up_and_names_the_one_before() -> None:
+    asked: list[int] = []
+
+    def measure(kind: str, rate: int) -> dict[str, Any]:
+        asked.append(rate)
+        return {"keeps_up": rate <= 2000, "latency_s": {"p50": rate / 1000}}
+
+    found = jobs_bench.highest_sustained(measure, "table_mirror", [4000, 1000, 3000, 2000, 6000])
+    assert asked == [1000, 2000, 3000], "ascending, and not past the first rate it fell behind at"
+    assert found["highest_sustained_per_s"] == 2000
+    assert found["rates"]["3000"]["keeps_up"] is False
+    none = jobs_bench.highest_sustained(lambda kind, rate: {"keeps_up": False}, "floor", [500])
+    assert none["highest_sustained_per_s"] is None
