@@ -155,9 +155,11 @@ def highest_sustained(measure: Callable[[str, int], dict[str, Any]], kind: str, 
             "batches": run.get("batches"),
         }
         if not run.get("keeps_up"):
-            break
+            # None is no verdict (too few batches), not a rate it fell behind at: the JSON says which.
+            stop = "fell behind" if run.get("keeps_up") is False else "no verdict"
+            return {"highest_sustained_per_s": best, "stopped_at": {"rate": rate, "why": stop}, "rates": tried}
         best = rate
-    return {"highest_sustained_per_s": best, "rates": tried}
+    return {"highest_sustained_per_s": best, "stopped_at": None, "rates": tried}
 
 
 # What a latency run measures: a job of a kind, or the floor job (bare, or with the jobs' one task per core);
@@ -366,11 +368,10 @@ def _measure(
         first_seen[scheduled_ns] = min(visible, first_seen.get(scheduled_ns, visible))
     # The warm-up's events are not measured. A mirror keeps one version of a row per batch: a change that
     # another of the same row followed in its batch is never visible, and not counted (`superseded`).
-    seconds_each = [
-        visible - scheduled_ns / 1e9 for scheduled_ns, visible in first_seen.items() if scheduled_ns >= start_ns
-    ]
+    each = [(n / 1e9, visible - n / 1e9) for n, visible in first_seen.items() if n >= start_ns]
+    seconds_each = [seconds for _, seconds in each]
     commits = _commit_times(table)
-    growth = thirds([(n / 1e9, visible - n / 1e9) for n, visible in first_seen.items() if n >= start_ns])
+    growth = thirds(each)
     return {
         "rate_per_s": rate,
         "seconds": seconds,

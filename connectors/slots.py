@@ -25,11 +25,13 @@ class SlotStatus:
     lag_bytes: int  # from what the consumer confirmed to the current WAL position
 
 
-def _connect(settings: ConnectSettings) -> psycopg.Connection[tuple[object, ...]]:
+def _connect(
+    settings: ConnectSettings, what: str = "read replication slots from Postgres"
+) -> psycopg.Connection[tuple[object, ...]]:
     try:
         return psycopg.connect(settings.pg_dsn.get_secret_value(), connect_timeout=10, autocommit=True)
     except psycopg.OperationalError as exc:
-        raise ConnectError(f"cannot read replication slots from Postgres ({exc}); check CDCPIPE_PG_DSN") from exc
+        raise ConnectError(f"cannot {what} ({exc}); check CDCPIPE_PG_DSN") from exc
 
 
 _SLOTS = (
@@ -115,30 +117,28 @@ def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -
 
     Debezium runs the query at each heartbeat and, when Postgres refuses it, restarts the connector's task
     every heartbeat interval, its snapshot again each time, while Connect shows the task RUNNING. So the query
-    is planned here first (`EXPLAIN`, in a transaction rolled back: nothing it names is written), on
-    CDCPIPE_PG_DSN's database when it is the connector's.
+    is planned here first (`EXPLAIN`, in a transaction rolled back: nothing it names is written), as the
+    connector's `database.user` when it is named (its privileges, not CDCPIPE_PG_DSN's), on CDCPIPE_PG_DSN's
+    database when it is the connector's.
     """
     query = config.get(HEARTBEAT_QUERY, "").strip().rstrip(";")
     if not query or "postgres" not in config.get("connector.class", "").lower():
         return None
-    dsn = settings.pg_dsn.get_secret_value()
-    database = str(conninfo_to_dict(dsn).get("dbname", ""))
-    named = config.get("database.dbname", "")
+    database = str(conninfo_to_dict(settings.pg_dsn.get_secret_value()).get("dbname", ""))
+    named, user = config.get("database.dbname", ""), config.get("database.user", "")
     if named and not named.startswith("${") and named != database:
         return None  # another database than CDCPIPE_PG_DSN's: not one this can see (a provider's is taken as it)
-    try:
-        conn = psycopg.connect(dsn, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise ConnectError(f"cannot check {HEARTBEAT_QUERY} on Postgres ({exc}); check CDCPIPE_PG_DSN") from exc
-    with conn:
+    with _connect(settings, f"check {HEARTBEAT_QUERY} on Postgres") as conn, conn.transaction(force_rollback=True):
+        as_user = bool(user) and not user.startswith("${")
+        if as_user and conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone():
+            conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(user)))
         try:
             conn.execute("EXPLAIN " + query)  # the user's own SQL, as Debezium runs it
         except psycopg.Error as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             return (
-                f"Postgres (database {database}) refuses it ({first}), and Debezium would restart the task every heartbeat: create what "
-                "it names (`cdcpipe schema apply` makes <outbox schema>.debezium_heartbeat) or change the query"
+                f"Postgres (database {database}) refuses it ({first}), and Debezium would restart the task every "
+                "heartbeat: create what it names (`cdcpipe schema apply` makes <outbox schema>.debezium_heartbeat), "
+                "grant the connector's role what it needs, or change the query"
             )
-        finally:
-            conn.rollback()
     return None

@@ -38,5 +38,8 @@ def test_the_search_stops_at_the_first_rate_not_kept_up_and_names_the_one_before
     assert asked == [1000, 2000, 3000], "ascending, and not past the first rate it fell behind at"
     assert found["highest_sustained_per_s"] == 2000
     assert found["rates"]["3000"]["keeps_up"] is False
+    assert found["stopped_at"] == {"rate": 3000, "why": "fell behind"}
+    unsure = jobs_bench.highest_sustained(lambda kind, rate: {"keeps_up": None}, "table_mirror", [750])
+    assert unsure["stopped_at"] == {"rate": 750, "why": "no verdict"}
     none = jobs_bench.highest_sustained(lambda kind, rate: {"keeps_up": False}, "floor", [500])
     assert none["highest_sustained_per_s"] is None

@@ -328,6 +328,12 @@ def test_a_table_change_reaches_its_topic(stack: Stack, outbox: Outbox, tmp_path
             "heartbeat.action.query",
             'refuses it (relation "no_such_schema.beats" does not exist',
         ),
+        # Planned as the connector's role: a table CDCPIPE_PG_DSN's superuser may write and it may not.
+        (
+            {"heartbeat.action.query": "UPDATE pg_catalog.pg_am SET amname = amname WHERE false"},
+            "heartbeat.action.query",
+            "refuses it (permission denied for table pg_am",
+        ),
         (
             {"producer.override.sasl.jaas.config": "${env:JAAS}"},
             "producer.override.sasl.jaas.config",
