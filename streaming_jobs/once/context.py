@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -178,11 +179,28 @@ def rows_added(ctx: BatchContext, before: int) -> int:
     first commit after `before` that records this batch's offsets (a compaction may have come in between).
     """
     commit = applied.commit_with(ctx.table, before, ctx.applied_metadata or "")
+    output = _metric(commit, "numOutputRows")
+    if output is not None:
+        return output
+    return sum(json.loads(a["add"].get("stats") or "{}").get("numRecords", 0) for a in commit if "add" in a)
+
+
+def merge_source_rows(ctx: BatchContext, before: int) -> int | None:
+    """The rows the batch's MERGE read from its source (its commit's `numSourceRows`), `before` as in `rows_added`.
+
+    One small file read, where counting the source again would run its plan again (Spark jobs). None when no
+    commit of this batch says it (Delta made none, or metrics are off): count instead.
+    """
+    return _metric(applied.commit_with(ctx.table, before, ctx.applied_metadata or ""), "numSourceRows")
+
+
+def _metric(commit: list[dict[str, Any]], name: str) -> int | None:
+    """An operation metric of a commit's actions (`commitInfo.operationMetrics`), None when it has none."""
     for action in commit:
         metrics = action.get("commitInfo", {}).get("operationMetrics", {})
-        if "numOutputRows" in metrics:
-            return int(metrics["numOutputRows"])
-    return sum(json.loads(a["add"].get("stats") or "{}").get("numRecords", 0) for a in commit if "add" in a)
+        if name in metrics:
+            return int(metrics[name])
+    return None
 
 
 def ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:

@@ -22,7 +22,8 @@ from pyspark.sql.types import BinaryType, StringType
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
-from streaming_jobs.once.context import BatchContext, ensure_table
+from streaming_jobs.once import applied
+from streaming_jobs.once.context import BatchContext, ensure_table, merge_source_rows
 from streaming_jobs.schema_change.apply import keep_copy
 from streaming_jobs.schema_change.types import spark_type
 
@@ -99,6 +100,7 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
     inserted: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
     updated: dict[str, str | Column] = {_quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
+    before = applied.newest_version(ctx.table)
     with ctx.idempotent():
         (
             table.alias("t")
@@ -108,7 +110,8 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
             .whenNotMatchedInsert(condition="s._op <> 'd'", values=inserted)
             .execute()
         )
-    return newest.count()
+    merged = merge_source_rows(ctx, before)
+    return newest.count() if merged is None else merged
 
 
 def _from_current_versions(ordered: DataFrame, ctx: BatchContext, keys: list[str], unsent: list[str]) -> DataFrame:

@@ -46,6 +46,8 @@ def test_mirror_applies_inserts_updates_deletes_in_lsn_order(stack: Stack, topic
     mirror = {r["id"]: r for r in job.table()}
     assert {k: v["balance"] for k, v in mirror.items()} == {"a": 12, "c": 5}
     assert mirror["a"]["_lsn"] == 130
+    # One change applied per key (its newest; b's is the delete), the tombstone skipped, the bad record dead.
+    assert job.counts() == (3, 1)
     dead = job.table("_dead_letters")
     assert [d["kafka_offset"] for d in dead] == [7]
     # The record's own bytes, read again from Kafka: the classified changes keep none.
@@ -56,6 +58,7 @@ def test_mirror_applies_inserts_updates_deletes_in_lsn_order(stack: Stack, topic
     )
     job.run()
     assert {r["id"]: r["balance"] for r in job.table()} == {"a": 12, "c": 6}
+    assert job.counts() == (2, 0), "each key's newest change of the batch counts, the stale one too"
 
 
 def test_a_change_whose_value_does_not_fit_its_column_is_dead_lettered_and_the_mirror_goes_on(
