@@ -118,7 +118,7 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
     connector = env["CDCPIPE_CAPTURE_CONNECTOR"]
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         create_table(conn, idents[first], 50)
-        create_table(conn, idents[second], 20_000)  # held before it is captured: 20 snapshot chunks
+        create_table(conn, idents[second], 5_000)  # held before it is captured: 5 snapshot chunks (of 1,024)
     try:
         # The plan changes nothing.
         plan = tables("add", f"public.{first}", "--mirror", "--dry-run", env=env)
