@@ -12,7 +12,11 @@ turns, MERGE by MERGE. The figure is each one's median, in milliseconds. `baseli
 (streaming_jobs.spark_session); the variants, each one setting apart from it:
 - `deletion_vectors`: the table with `delta.enableDeletionVectors` (a MERGE marks the rows it replaces instead
   of rewriting their files);
-- `no_adaptive`: `spark.sql.adaptive.enabled=false` (adaptive planning re-plans each stage of a small join).
+- `no_adaptive`: `spark.sql.adaptive.enabled=false` (adaptive planning re-plans each stage of a small join);
+- `checkpoint_every_10`: the table with `delta.checkpointInterval` 10, Delta's default, not the jobs' 100 (a
+  MERGE rebuilds the table's file list from the last checkpoint and every commit since: does it grow?).
+`--jobs`: the Spark jobs of each variant's last MERGE too (Delta's description of each, its running time, and
+the time between them), read from the Spark UI's REST API.
 Not a variant: `spark.databricks.delta.merge.materializeSource=none` (Delta copies the MERGE's source before it
 reads it twice): Delta refuses it for a cached source (DELTA_MERGE_SOURCE_CACHED_DURING_EXECUTION), and a job's
 changes are cached.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -30,6 +35,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -73,8 +79,12 @@ VARIANTS: dict[str, dict[str, str]] = {
     "baseline": {},
     "deletion_vectors": {},
     "no_adaptive": {"spark.sql.adaptive.enabled": "false"},
+    "checkpoint_every_10": {},
 }
-TABLE_PROPERTIES = {"deletion_vectors": {"delta.enableDeletionVectors": "true"}}
+TABLE_PROPERTIES = {
+    "deletion_vectors": {"delta.enableDeletionVectors": "true"},
+    "checkpoint_every_10": {"delta.checkpointInterval": "10"},
+}
 SCHEMA = (
     "id long, account string, currency string, amount decimal(14,2), status string, kind string, t long, "
     "attempts int, note string, created_at timestamp, updated_at timestamp, event_id string, _op string, "
@@ -159,6 +169,8 @@ def one_merge(spark: Any, ctx: BatchContext, keys: list[int], lsn: int) -> float
     """Seconds of one MERGE of updates of `keys` (the batch cached first, as a job's changes are)."""
     frame = spark.createDataFrame(changes(keys, lsn), SCHEMA).cache()
     frame.count()
+    # A job's MERGE commit carries the batch's offsets (its userMetadata), by which the mirror finds its count.
+    ctx = dataclasses.replace(ctx, applied_metadata=f"merge-bench {ctx.table.name} {lsn}")
     began = time.monotonic()
     table_mirror(frame, ctx, CONTRACT)
     seconds = time.monotonic() - began
@@ -166,22 +178,68 @@ def one_merge(spark: Any, ctx: BatchContext, keys: list[int], lsn: int) -> float
     return seconds
 
 
-def measure(spark: Any, lake: Path, variants: list[str], rows: int, batch: int, merges: int) -> dict[str, Any]:
+def spark_jobs(spark: Any, after: int) -> list[dict[str, Any]]:
+    """The application's Spark jobs with an id above `after`, oldest first (the Spark UI's REST API)."""
+    url = spark.sparkContext.uiWebUrl
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/jobs", timeout=30) as answer:  # noqa: S310
+        jobs: list[dict[str, Any]] = json.loads(answer.read())
+    return sorted((j for j in jobs if j["jobId"] > after), key=lambda j: j["jobId"])
+
+
+def settled_jobs(spark: Any, after: int, within_s: float = 10.0) -> list[dict[str, Any]]:
+    """`spark_jobs`, once the UI has heard every one of them end (its listener runs behind the driver)."""
+    deadline = time.monotonic() + within_s
+    jobs = spark_jobs(spark, after)
+    while any(not j.get("completionTime") for j in jobs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        jobs = spark_jobs(spark, after)
+    return jobs
+
+
+def _instant(stamp: str) -> float:
+    return datetime.strptime(stamp.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def job_split(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One MERGE's Spark jobs: how many, each one's description and running time, and the time between them."""
+    done = [j for j in jobs if j.get("completionTime")]
+    each = [
+        {
+            "what": (j.get("description") or j["name"]).splitlines()[-1][:120],
+            "ms": round(1000 * (_instant(j["completionTime"]) - _instant(j["submissionTime"]))),
+        }
+        for j in done
+    ]
+    span = _instant(done[-1]["completionTime"]) - _instant(done[0]["submissionTime"]) if done else 0.0
+    running = sum(e["ms"] for e in each)
+    return {"count": len(each), "running_ms": running, "between_ms": round(1000 * span) - running, "jobs": each}
+
+
+def measure(
+    spark: Any, lake: Path, variants: list[str], rows: int, batch: int, merges: int, jobs: bool = False
+) -> dict[str, Any]:
     """Each variant's MERGEs of `batch` rows, the variants taking turns (their order turning each round)."""
     tables = {v: mirror(spark, lake, f"{v}_{batch}", rows, TABLE_PROPERTIES.get(v, {})) for v in variants}
     drawn = random.Random(batch)  # noqa: S311 - which keys change, the same in every variant
     seconds: dict[str, list[float]] = {v: [] for v in variants}
+    last_jobs: dict[str, dict[str, Any]] = {}
     for n in range(merges):
         keys, lsn = drawn.sample(range(rows), batch), 10 * rows + n * batch
         turn = n % len(variants)
         for variant in variants[turn:] + variants[:turn]:
             with settings(spark, VARIANTS[variant]):
+                before = spark_jobs(spark, -1)[-1]["jobId"] if jobs and n == merges - 1 else None
                 seconds[variant].append(one_merge(spark, tables[variant], keys, lsn))
+                if before is not None:
+                    # The batch's own caching ran before the MERGE was timed: only the jobs after it count.
+                    last_jobs[variant] = job_split(settled_jobs(spark, before + 1))
     return {
         v: {
             "ms_median": round(1000 * statistics.median(seconds[v])),
             "ms_each": [round(1000 * s) for s in seconds[v]],
             "table_files": spark.sql(f"DESCRIBE DETAIL delta.`{tables[v].table}`").first()["numFiles"],
+            **({"spark_jobs_of_the_last_merge": last_jobs[v]} if v in last_jobs else {}),
         }
         for v in variants
     }
@@ -194,13 +252,15 @@ def main() -> None:
     parser.add_argument("--merges", type=int, default=8, help="MERGEs per variant and batch size")
     parser.add_argument("--warmup", type=int, default=10, help="MERGEs before any is measured (the JVM compiling)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"which of {', '.join(VARIANTS)}")
+    parser.add_argument("--jobs", action="store_true", help="the Spark jobs of each variant's last MERGE too")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     variants = args.variants.split(",")
     if set(variants) - set(VARIANTS) or args.merges < 1 or any(not 0 < b <= args.rows for b in batches):
         parser.error(f"--variants among {', '.join(VARIANTS)}; --merges >= 1; each batch between 1 and --rows")
     lake = Path(tempfile.mkdtemp(prefix="merge-bench-"))
-    spark = build_spark_session(JobsSettings.load(spark_master="local[2]", lake=lake), app_name="merge-bench")
+    session = JobsSettings.load(spark_master="local[2]", lake=lake, spark_ui=args.jobs)
+    spark = build_spark_session(session, app_name="merge-bench")
     result: dict[str, Any] = {"benchmark": "mirror_merge", "rows": args.rows, "cores": os.cpu_count()}
     result["spark_java_options"] = os.environ.get("CDCPIPE_SPARK_JAVA_OPTIONS", "")
     try:
@@ -208,7 +268,7 @@ def main() -> None:
         for n in range(args.warmup):
             one_merge(spark, warm, list(range(n % 2, args.rows, 2)), 10 * args.rows + n * args.rows)
         for batch in batches:
-            result[str(batch)] = measure(spark, lake, variants, args.rows, batch, args.merges)
+            result[str(batch)] = measure(spark, lake, variants, args.rows, batch, args.merges, args.jobs)
             print(f"merge_bench: {batch}: {result[str(batch)]}", flush=True)
     finally:
         spark.stop()
