@@ -232,7 +232,7 @@ def measure(
                 before = spark_jobs(spark, -1)[-1]["jobId"] if jobs and n == merges - 1 else None
                 seconds[variant].append(one_merge(spark, tables[variant], keys, lsn))
                 if before is not None:
-                    # The batch's own caching ran before the MERGE was timed: only the jobs after it count.
+                    # From the batch's caching (not timed) to the MERGE's end: Delta's descriptions name the MERGE's.
                     last_jobs[variant] = job_split(settled_jobs(spark, before + 1))
     return {
         v: {
