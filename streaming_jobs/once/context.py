@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,8 +203,8 @@ def _metric(commit: list[dict[str, Any]], name: str) -> int | None:
     return None
 
 
-def ensure_table(ctx: BatchContext, columns: DataFrame) -> DeltaTable:
-    """The job's table, created empty with these columns on the first batch."""
+def ensure_table(ctx: BatchContext, columns: DataFrame, partition_by: Sequence[str] = ()) -> DeltaTable:
+    """The job's table, created empty with these columns (partitioned by `partition_by`) on the first batch."""
     if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        columns.limit(0).write.format("delta").mode("ignore").save(str(ctx.table))
+        columns.limit(0).write.format("delta").mode("ignore").partitionBy(*partition_by).save(str(ctx.table))
     return DeltaTable.forPath(ctx.spark, str(ctx.table))

@@ -64,12 +64,22 @@ def checkpoint_near(version: int) -> bool:
     return version >= 0 and CHECKPOINT_INTERVAL - version % CHECKPOINT_INTERVAL <= CHECKPOINT_MARGIN
 
 
-def optimize(spark: Any, where: Location) -> None:
+def optimize(spark: Any, where: Location, kind: str) -> None:
     """Compact a job's tables now (`cdcpipe jobs optimize`), each under the job table's writer lease.
 
     The job's table carries its applied offsets forward, like any write of the job. The tables beside it
-    (dead letters, event ids) carry no offsets of their own.
+    (dead letters, event ids) carry no offsets of their own. A history an earlier cdcpipe made unpartitioned is
+    partitioned first (streaming_jobs.sinks.scd.table_history says why).
     """
+    from streaming_jobs.sinks.scd import partition_history, unpartitioned_history
+
+    if kind == "table_history" and unpartitioned_history(spark, where.table):
+        with (
+            table_lock(where.table, holder="optimize"),
+            commit_metadata(spark, applied.read(where.table).metadata()),
+        ):
+            partition_history(spark, where.table)
+        log.warning("%s: partitioned by is_current (a copy of the table)", where.table)
     for table in (where.table, where.dead_letters, where.event_ids):
         compact(spark, table, lease_of=where.table, carry_offsets=table == where.table)
 

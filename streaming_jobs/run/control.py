@@ -183,10 +183,11 @@ def optimize(settings: JobsSettings, name: str) -> LakePath:
     from streaming_jobs.run.compaction import optimize as optimize_tables
     from streaming_jobs.spark_session import build_spark_session
 
-    where = locations.current(find(name, list(settings.jobs_dirs)), settings.lake_root())
+    spec = find(name, list(settings.jobs_dirs))
+    where = locations.current(spec, settings.lake_root())
     spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
     try:
-        optimize_tables(spark, where)
+        optimize_tables(spark, where, spec.kind)
     finally:
         spark.stop()
     return where.table

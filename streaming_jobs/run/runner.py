@@ -44,6 +44,7 @@ from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
 from streaming_jobs.run.metrics import JobMetrics
 from streaming_jobs.sinks.batch import handle_batch
+from streaming_jobs.sinks.scd import unpartitioned_history
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,14 @@ def run(
         log.warning("job %s: removed what a stopped run left half-written in its checkpoint: %s", spec.name, cleared)
     spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
     registry = checked_registry(spark)
+    if spec.kind == "table_history" and unpartitioned_history(spark, where.table):
+        log.warning(
+            "job %s: history %s is not partitioned by is_current (made by an earlier cdcpipe): each batch reads the "
+            "whole table and grows with it; `cdcpipe jobs optimize %s` partitions it (one copy of the table)",
+            spec.name,
+            where.table,
+            spec.name,
+        )
     identity = app_id(checkpoint)
     counts = {"applied": 0, "dead_letters": 0}
     # The look-back of applied event ids, kept between micro-batches instead of read from a table by each.

@@ -212,8 +212,9 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
     delta = DeltaTable.forPath(spark, str(table))
     schema: StructType = delta.toDF().schema
     columns = {f.name: f.dataType.simpleString() for f in schema.fields}
-    properties = delta.detail().select("properties").first()
-    props: Mapping[str, str] = properties[0] if properties else {}
+    detail = delta.detail().select("properties", "partitionColumns").first()
+    props: Mapping[str, str] = detail[0] if detail else {}
+    partitioned_by: list[str] = list(detail[1]) if detail else []
     if any(op.kind in ("drop", "rename") for op in operations) and props.get("delta.columnMapping.mode") != "name":
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
     if any(op.kind == "widen" for op in operations) and props.get("delta.enableTypeWidening") != "true":
@@ -239,7 +240,15 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
         rows = spark.read.format("delta").load(str(table))
         for op in rewrites:
             rows = rows.withColumn(op.column, F.col(op.column).cast(op.type or "string"))
-        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(table))
+        # `partitionBy` again: an overwrite that may change the schema sets the partitioning it is given, none
+        # if none (a history partitioned by `is_current` would lose its pruning, streaming_jobs.sinks.scd).
+        (
+            rows.write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .partitionBy(*partitioned_by)
+            .save(str(table))
+        )
 
 
 def _quoted(name: str) -> str:

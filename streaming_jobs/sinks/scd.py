@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import BinaryType, StringType
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
+from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.context import BatchContext, ensure_table, merge_source_rows
 from streaming_jobs.schema_change.apply import keep_copy
@@ -29,6 +30,7 @@ from streaming_jobs.schema_change.types import spark_type
 
 MIRROR_META = ["_lsn", "_commit_lsn", "_source_ts"]
 HISTORY_META = ["_lsn", "_commit_lsn", "valid_from", "valid_to", "is_current"]
+HISTORY_PARTITIONING = ["is_current"]  # why: table_history
 IN_ORDER = ("_commit_lsn", "_lsn", "kafka_offset")
 # The change `s` is newer than the table's row `t`. A row written before `_commit_lsn` existed has none: its
 # `_lsn` stands for it, which orders a later change of the same row rightly (that change's transaction began
@@ -165,6 +167,12 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     Several changes of one key in one batch become several versions, chained in order (`IN_ORDER`). One MERGE both
     closes each key's open version in the table and inserts the new ones: the closing rows match on the key,
     the new versions carry no merge key, so they never match and are inserted.
+
+    The table is partitioned by `is_current`: the MERGE (whose condition names `t.is_current`) and the reads of
+    current versions then skip every closed version's file, so a batch reads about as much as a mirror's does
+    however long the history grows. Unpartitioned, each batch read the whole table and the batches grew with it
+    (docs/benchmarks.md). A history an earlier cdcpipe made unpartitioned keeps working as before, reading it
+    all; `cdcpipe jobs optimize` partitions it (`partition_history`).
     """
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
@@ -211,7 +219,9 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         F.lit(None).cast("boolean").alias("is_current"),
     )
     staged = versions.unionByName(closing)
-    table = _with_commit_lsn(ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META)))
+    table = _with_commit_lsn(
+        ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META), partition_by=["is_current"])
+    )
     keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
     values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
@@ -226,3 +236,27 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     count = cached.count()
     cached.unpersist()
     return count
+
+
+def unpartitioned_history(spark: SparkSession, table: LakePath) -> bool:
+    """Whether `table` is a history made before cdcpipe partitioned them (`HISTORY_PARTITIONING`)."""
+    if not DeltaTable.isDeltaTable(spark, str(table)):
+        return False
+    detail = DeltaTable.forPath(spark, str(table)).detail().select("partitionColumns").first()
+    return detail is not None and list(detail[0]) != HISTORY_PARTITIONING
+
+
+def partition_history(spark: SparkSession, table: LakePath) -> None:
+    """Rewrite a history partitioned by `is_current`, every row as it is: one copy of the table.
+
+    Run under the job table's writer lease with its applied offsets as the commit's metadata
+    (streaming_jobs.run.compaction.optimize): nothing is written between the read and the overwrite.
+    """
+    rows = spark.read.format("delta").load(str(table))
+    (
+        rows.write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")  # partitioning is part of what an overwrite may change only with it
+        .partitionBy(*HISTORY_PARTITIONING)
+        .save(str(table))
+    )

@@ -82,8 +82,12 @@ def test_each_job_kind_applies_once_on_the_object_store(stack: Stack, topic: str
         assert {r["account_id"]: r["balance"] for r in rows} == {"a-1": 5, "a-2": 0}
     elif kind == "table_mirror":
         assert {r["id"]: r["balance"] for r in rows} == {"a": 11, "b": 20}
+        assert job.counts() == (2, 0)  # the newest change per key, counted from the MERGE's commit in the S3 log
     else:
         assert sorted((r["id"], r["balance"]) for r in rows) == [("a", 10), ("a", 11), ("b", 20)]
+        assert job.counts() == (3, 0)
+        log = DeltaTable(f"{lake}/out", storage_options=stack.s3_options())
+        assert log.metadata().partition_columns == ["is_current"]
     assert not (tmp_path / "lake").exists(), "nothing of an s3a:// lake lands on the local disk"
     # The offsets the table holds are in its own log, as on a local lake.
     info = DeltaTable(f"{lake}/out", storage_options=stack.s3_options()).history(1)[0]

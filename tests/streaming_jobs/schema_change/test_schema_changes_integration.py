@@ -239,6 +239,9 @@ def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
         )
         widened = ["id", "full_name", "qty", "price", "code", "email", "doc"]
         converged(widened, "the widened history", reader="spark")
+        # The rewrite kept the history's partitioning, by which its MERGE reads current versions only.
+        partitioning = DeltaTable(f"{source.lake}/history", storage_options=stack.s3_options()).metadata()
+        assert partitioning.partition_columns == ["is_current"]
         wait_until(
             alive_and(
                 mirror, source.env, tmp_path, lambda: same_rows(source, spark_rows(source, mirror_path), widened)
