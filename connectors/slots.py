@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from connectors.config import ConnectSettings
 from connectors.errors import ConnectError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,15 +133,31 @@ def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -
         return None  # another database than CDCPIPE_PG_DSN's: not one this can see (a provider's is taken as it)
     with _connect(settings, f"check {HEARTBEAT_QUERY} on Postgres") as conn, conn.transaction(force_rollback=True):
         as_user = bool(user) and not user.startswith("${")
+        row = conn.execute("SELECT current_user").fetchone()
+        planner = str(row[0]) if row else "CDCPIPE_PG_DSN's user"
         if as_user and conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (user,)).fetchone():
-            conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(user)))
+            try:
+                with conn.transaction():  # a savepoint: a refused SET ROLE leaves the check's transaction usable
+                    conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(user)))
+                planner = user
+            except psycopg.errors.InsufficientPrivilege:
+                # CDCPIPE_PG_DSN's user is no member of the connector's role: planned with its own privileges.
+                log.warning(
+                    "%s planned as %s, not as the connector's database.user %s (not a member of it): "
+                    "to check it with the connector's privileges, GRANT %s TO %s",
+                    HEARTBEAT_QUERY,
+                    planner,
+                    user,
+                    user,
+                    planner,
+                )
         try:
             conn.execute("EXPLAIN " + query)  # the user's own SQL, as Debezium runs it
         except psycopg.Error as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             return (
-                f"Postgres (database {database}) refuses it ({first}), and Debezium would restart the task every "
-                "heartbeat: create what it names (`cdcpipe schema apply` makes <outbox schema>.debezium_heartbeat), "
-                "grant the connector's role what it needs, or change the query"
+                f"Postgres (database {database}, as {planner}) refuses it ({first}), and Debezium would restart "
+                "the task every heartbeat: create what it names (`cdcpipe schema apply` makes <outbox "
+                "schema>.debezium_heartbeat), grant the connector's role what it needs, or change the query"
             )
     return None

@@ -361,6 +361,37 @@ def test_a_bad_definition_is_rejected_with_the_field_named_and_nothing_applied(
         assert f"test-{outbox.tag}" not in client.connectors()
 
 
+def test_a_heartbeat_query_is_checked_when_the_operator_may_not_act_as_the_connector_role(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    """CDCPIPE_PG_DSN's user need not be a member of the connector's role: the query is planned as it instead.
+
+    Before, `SET ROLE` was refused ("permission denied to set role") and `apply` ended in a traceback.
+    """
+    operator = f"ops_{outbox.tag}"
+    with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'pw'").format(sql.Identifier(operator)))
+    try:
+        env = {**stack.process_env(), "CDCPIPE_PG_DSN": psycopg.conninfo.make_conninfo(stack.pg_dsn, user=operator)}
+        env["PGPASSWORD"] = "pw"
+        definition = outbox_connector(outbox)
+        config = definition["config"]
+        assert isinstance(config, dict)
+        config["heartbeat.action.query"] = "INSERT INTO no_such_schema.beats (id) VALUES (1)"
+        result = cdcpipe("connectors", "apply", str(write_definition(tmp_path, definition)), env=env)
+        assert result.returncode == 2, result.stderr
+        database = psycopg.conninfo.conninfo_to_dict(stack.pg_dsn)["dbname"]
+        assert f'(database {database}, as {operator}) refuses it (relation "no_such_schema.beats"' in result.stderr
+        assert f"not as the connector's database.user {config['database.user']}" in result.stderr
+        assert f"GRANT {config['database.user']} TO {operator}" in result.stderr
+        assert "Traceback" not in result.stderr
+        with connect_client(stack) as client:
+            assert f"test-{outbox.tag}" not in client.connectors()
+    finally:
+        with psycopg.connect(stack.pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(operator)))
+
+
 def test_apply_waits_for_the_tasks_and_fails_naming_the_topic_connect_may_not_write(
     stack: Stack, outbox: Outbox, tmp_path: Path
 ) -> None:
