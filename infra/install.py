@@ -375,8 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         # packages or Maven's jars: on a fresh machine they are fetched meanwhile, a third of the install.
         with ThreadPoolExecutor(max_workers=2) as pool:
             both = [pool.submit(virtualenv, versions), pool.submit(java_side)]
-            for step in both:
-                step.result()
+        failed = [error for step in both if (error := step.exception()) is not None]
+        if any(not isinstance(error, InstallError) for error in failed):
+            raise next(error for error in failed if not isinstance(error, InstallError))
+        if failed:  # each step's cause, not the first alone: both may fail (say, no network)
+            raise InstallError("\n[install] error: ".join(str(error) for error in failed))
         kcat()
         jars(versions, ("spark",))
         if args.class_archive == "yes":

@@ -51,3 +51,20 @@ def test_the_lock_agrees_with_the_pins() -> None:
         assert lock.get(name) == version, (
             f"{name}: versions.toml pins {version}, infra/python.lock has {lock.get(name)}"
         )
+
+
+def test_both_parallel_steps_failing_are_both_reported(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fails(what: str) -> object:
+        def step(*_: object) -> None:
+            raise install.InstallError(f"{what} failed")
+
+        return step
+
+    monkeypatch.setattr(install, "virtualenv", fails("pip"))
+    monkeypatch.setattr(install, "jars", fails("maven"))
+    assert install.main(["--skip-system", "--class-archive", "no"]) == 1
+    said = capsys.readouterr().err
+    assert "[install] error: pip failed" in said
+    assert "[install] error: maven failed" in said
