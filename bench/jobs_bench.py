@@ -24,7 +24,8 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   batch that applied them (Spark's processedRowsPerSecond) and of the whole run including start-up. With a
   table kind asked for, the same for a mirror over N changes of the table (`mirror_throughput`).
 - Sustained rate (`--sustain-rates`): each kind at each rate in turn, ascending, until its latency grows over
-  the window (the last third's median over the first third's by more than `GROWTH_S` or half, `keeps_up`);
+  the window (the last third's median over the first third's by more than `GROWTH_S` or half, `keeps_up`) or
+  its batches lengthen (the last third's median batch over the first's by more than `DURATION_GROWTH` times);
   the highest rate it kept up with, and its ratio over the floor's. A window of fewer than `MIN_BATCHES` batches
   gives no verdict (`keeps_up` null) and ends the search: give such a kind --seconds of ten of its batches.
 Each measurement runs on each lake asked for, one after the other in one run: the stack's local folder
@@ -131,12 +132,30 @@ def thirds(latencies: list[tuple[float, float]]) -> tuple[float, float] | None:
 MIN_BATCHES = 10
 
 
-def keeps_up(first_last: tuple[float, float] | None, batches: int = MIN_BATCHES) -> bool | None:
-    """Whether the latency held over the window (`thirds`); None when too little was measured to say."""
+# Nor do its batches lengthen: a job behind its rate takes, each batch, all that came during the one before, so
+# its batches grow one after the other. The latency's allowance (half its first third's) alone is wide for a slow
+# kind: a history at 3,000 changes/s for ten minutes grew by 13.8 s, under its 14.3 s allowance, while its batches
+# grew from 14.7 to 33.4 s by minute. The median batch of the last third may be this many times the first's.
+DURATION_GROWTH = 1.5
+
+
+def keeps_up(
+    first_last: tuple[float, float] | None,
+    batches: int = MIN_BATCHES,
+    durations: tuple[float, float] | None = None,
+) -> bool | None:
+    """Whether the latency held over the window (`thirds`), and the batches' durations (`thirds`, seconds) too.
+
+    None when too little was measured to say.
+    """
     if first_last is None or batches < MIN_BATCHES:
         return None
     first, last = first_last
-    return last - first <= max(GROWTH_S, first / 2)
+    held = last - first <= max(GROWTH_S, first / 2)
+    if durations is not None:
+        shortest, longest = durations[0] * DURATION_GROWTH, durations[0] + GROWTH_S
+        held = held and durations[1] <= max(shortest, longest)
+    return held
 
 
 def highest_sustained(measure: Callable[[str, int], dict[str, Any]], kind: str, rates: list[int]) -> dict[str, Any]:
@@ -387,7 +406,7 @@ def _measure(
         if seconds_each
         else None,
         "latency_thirds_s": [round(x, 3) for x in growth] if growth else None,
-        "keeps_up": keeps_up(growth, len(_measured(batches))),
+        "keeps_up": keeps_up(growth, len(_measured(batches)), _duration_thirds(batches)),
         "batches": _batch_summary(batches, commits),
         "cycle_ms_median": _cycle_split(batches, commits),
         "batch_duration_by_minute_ms": _by_minute(batches),
@@ -486,6 +505,12 @@ def _commit_times(table: LakePath) -> list[tuple[float, float]]:
 
 def _measured(batches: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return [b for _, b in sorted(batches.items()) if b.get("numInputRows")]
+
+
+def _duration_thirds(batches: dict[int, dict[str, Any]]) -> tuple[float, float] | None:
+    """The median duration (s) of the first and of the last third of the batches seen while measuring."""
+    seen = _measured(batches)
+    return thirds([(n, float(b["durationMs"].get("triggerExecution", 0)) / 1000) for n, b in enumerate(seen)])
 
 
 def _batch_summary(batches: dict[int, dict[str, Any]], commits: list[tuple[float, float]]) -> dict[str, Any]:

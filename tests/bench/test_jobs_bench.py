@@ -27,6 +27,18 @@ def test_a_latency_that_holds_keeps_up_and_one_that_grows_does_not() -> None:
     assert jobs_bench.keeps_up((20.0, 13.0), batches=6) is None
 
 
+def test_batches_that_lengthen_fall_behind_even_when_the_latency_grows_within_its_allowance() -> None:
+    # A history for ten minutes at 3,000 changes/s: latency thirds 28.6 -> 42.4 s (within half of 28.6),
+    # its batches 14.7 -> 33.4 s: behind. A mirror's batches that hold (14.5 -> 11.1 s) keep up.
+    assert jobs_bench.keeps_up((28.6, 42.4)) is True
+    assert jobs_bench.keeps_up((28.6, 42.4), durations=(14.7, 33.4)) is False
+    assert jobs_bench.keeps_up((16.0, 15.0), durations=(14.5, 11.1)) is True
+    # Short batches may vary by a second without a trend.
+    assert jobs_bench.keeps_up((1.5, 1.6), durations=(0.4, 1.3)) is True
+    batches = {n: {"numInputRows": 10, "durationMs": {"triggerExecution": 1000 * (1 + n)}} for n in range(12)}
+    assert jobs_bench._duration_thirds(batches) == (2.5, 10.5)
+
+
 def test_the_search_stops_at_the_first_rate_not_kept_up_and_names_the_one_before() -> None:
     asked: list[int] = []
 
