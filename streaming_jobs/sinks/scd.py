@@ -220,7 +220,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     )
     staged = versions.unionByName(closing)
     table = _with_commit_lsn(
-        ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META), partition_by=["is_current"])
+        ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META), partition_by=HISTORY_PARTITIONING)
     )
     keep_copy(ctx.table, contract)
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
@@ -256,7 +256,7 @@ def partition_history(spark: SparkSession, table: LakePath) -> None:
     (
         rows.write.format("delta")
         .mode("overwrite")
-        .option("overwriteSchema", "true")  # partitioning is part of what an overwrite may change only with it
+        .option("overwriteSchema", "true")  # without it, Delta refuses an overwrite that changes the partitioning
         .partitionBy(*HISTORY_PARTITIONING)
         .save(str(table))
     )
