@@ -14,7 +14,7 @@ from psycopg import sql
 from demo.run import EXAMPLES
 from schemas import outbox as schema_outbox
 from tests.support.connectors import table_connector, wait_slot_active, wait_state, write_definition
-from tests.support.jobs import T0, change, drain, job_env, jobs_command, make_job, row, send_changes
+from tests.support.jobs import T0, change, jobs_command, make_job, row, send_changes
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
@@ -139,6 +139,11 @@ def test_a_mirror_orders_changes_as_they_committed_and_takes_a_table_made_before
     assert found == {"m": (2, None), "p": (6, 32730500), "n": (4, 32731500)}
 
 
+def history_versions(path: str) -> list[tuple[object, ...]]:
+    table = DeltaTable(path).to_pyarrow_table().to_pylist()
+    return sorted((str(r["id"]), r["balance"], str(r["valid_from"]), r["is_current"]) for r in table)
+
+
 def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
@@ -161,7 +166,8 @@ def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
     ]
     # Partitioned by is_current: a closed version lies apart from the current ones, and the second batch's MERGE
     # (closing c's version) removed only files of current versions: the closed versions' files it never read.
-    out = DeltaTable(f"{job.lake}/out")
+    path = f"{job.lake}/out"
+    out = DeltaTable(path)
     assert out.metadata().partition_columns == ["is_current"]
     for flag in (True, False):
         part = out.to_pyarrow_table(filters=[("is_current", "=", flag)]).to_pylist()
@@ -169,49 +175,31 @@ def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
         assert all((r["valid_to"] is None) == flag for r in part), part
     merge = out.history(1)[0]
     assert merge["operation"] == "MERGE"
-    commit = Path(job.lake) / "out" / "_delta_log" / f"{merge['version']:020d}.json"
+    commit = Path(path) / "_delta_log" / f"{merge['version']:020d}.json"
     removed = [json.loads(line)["remove"]["path"] for line in commit.read_text().splitlines() if '"remove"' in line]
     assert removed
     assert all(p.startswith("is_current=true/") for p in removed), removed
-    job.run()  # nothing new: nothing changes
-    assert len(job.table()) == 6
 
-
-def history_versions(path: str) -> list[tuple[object, ...]]:
-    table = DeltaTable(path).to_pyarrow_table().to_pylist()
-    return sorted((str(r["id"]), r["balance"], str(r["valid_from"]), r["is_current"]) for r in table)
-
-
-def test_a_history_made_unpartitioned_keeps_working_and_optimize_partitions_it(
-    stack: Stack, topic: str, tmp_path: Path
-) -> None:
-    send_changes(stack, topic, FIRST_BATCH)
-    name, env = job_env(stack, tmp_path, "table_history", topic, source_table="public.accounts")
-    drain(name, env)
-    path = f"{tmp_path}/lake/out"
-    # As an earlier cdcpipe made it: the same rows, unpartitioned.
+    # A history an earlier cdcpipe made (the same rows, unpartitioned) keeps working, and the job says how to
+    # partition it; `jobs optimize` does, the rows and the offsets the table holds as they were.
     write_deltalake(
         path, DeltaTable(path).to_pyarrow_table(), mode="overwrite", schema_mode="overwrite", partition_by=[]
     )
-    assert DeltaTable(path).metadata().partition_columns == []
-    send_changes(stack, topic, [("c", change("u", row("c", 5), row("c", 6), 150))])
-    ran = drain(name, env)
+    send_changes(stack, topic, [("a", change("u", row("a", 12), row("a", 13), 160))])
+    ran = job.run()
     assert f"history {path} is not partitioned by is_current" in ran.stderr
-    assert f"`cdcpipe jobs optimize {name}` partitions it" in ran.stderr
+    assert f"`cdcpipe jobs optimize {job.name}` partitions it" in ran.stderr
     before = history_versions(path)
-    assert len(before) == 6
-
-    optimized = jobs_command("jobs", "optimize", name, env=env)
+    assert [v for v in before if v[3]] == [("a", 13, str(ts(160)), True), ("c", 6, str(ts(150)), True)]
+    assert len(before) == 7
+    env = {**stack.process_env(), "CDCPIPE_JOBS_DIRS": str(job.folder), "CDCPIPE_LAKE": job.lake}
+    optimized = jobs_command("jobs", "optimize", job.name, env=env)
     assert optimized.returncode == 0, optimized.stderr[-3000:]
     assert DeltaTable(path).metadata().partition_columns == ["is_current"]
     assert history_versions(path) == before, "partitioning must not change the rows"
-    # The newest commit still says which offsets the table holds: nothing is applied twice, the next change once.
-    send_changes(stack, topic, [("a", change("u", row("a", 12), row("a", 13), 160))])
-    ran = drain(name, env)
+    ran = job.run()  # nothing new: nothing changes (the rewrite's commit says which offsets the table holds)
     assert "is not partitioned" not in ran.stderr
-    after = history_versions(path)
-    assert len(after) == 7
-    assert [v for v in after if v[3]] == [("a", 13, str(ts(160)), True), ("c", 6, str(ts(150)), True)]
+    assert history_versions(path) == before
 
 
 def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
