@@ -73,13 +73,13 @@ def optimize(spark: Any, where: Location, kind: str) -> None:
     """
     from streaming_jobs.sinks.scd import partition_history, unpartitioned_history
 
-    if kind == "table_history" and unpartitioned_history(spark, where.table):
-        with (
-            table_lock(where.table, holder="optimize"),
-            commit_metadata(spark, applied.read(where.table).metadata()),
-        ):
-            partition_history(spark, where.table)
-        log.warning("%s: partitioned by is_current (a copy of the table)", where.table)
+    if kind == "table_history":
+        # Checked under the lease, as the offsets are read: two `jobs optimize` at once copy the table once.
+        with table_lock(where.table, holder="optimize"):
+            if unpartitioned_history(spark, where.table):
+                with commit_metadata(spark, applied.read(where.table).metadata()):
+                    partition_history(spark, where.table)
+                log.warning("%s: partitioned by is_current (a copy of the table)", where.table)
     for table in (where.table, where.dead_letters, where.event_ids):
         compact(spark, table, lease_of=where.table, carry_offsets=table == where.table)
 
