@@ -40,6 +40,7 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import Offsets, Partition, TopicIdentity
 from streaming_jobs.once import applied, sources
 from streaming_jobs.once.context import BatchContext
+from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.once.resent import recent_ids
 from streaming_jobs.ranges.positions import Range
 from streaming_jobs.ranges.progress import Progress
@@ -81,8 +82,23 @@ def chunks(span: Range, size: int) -> Iterator[tuple[Offsets, Offsets]]:
         pending = [tp for tp in pending if at[tp] < span.end[tp]]
 
 
-def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end: Offsets) -> DataFrame:
-    """The records of [start, end) with Spark's Kafka batch source, read_committed, failing on missing offsets."""
+def range_group() -> str:
+    """The consumer group of one range's reads (never committed: the offsets are assigned), under the jobs' prefix.
+
+    One group for all of a range's chunks, not Spark's new group per read: Spark's executors pool their Kafka
+    consumers and each one's fetched records by (group, partition) and keep an idle entry for 5 minutes, so a
+    group per chunk left every chunk's consumers, with the records they had fetched ahead (megabytes a
+    partition), in the heap: a replay of a few dozen chunks ran the driver out of memory. With one group the
+    next chunk takes the consumer, and the records fetched ahead, where the last one stopped.
+    """
+    return f"{CONSUMER_GROUP_PREFIX}backfill-{uuid.uuid4().hex}"
+
+
+def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end: Offsets, group: str) -> DataFrame:
+    """The records of [start, end) with Spark's Kafka batch source, read_committed, failing on missing offsets.
+
+    `group`: the range's consumer group (`range_group`), the same for each of its chunks.
+    """
     assign: dict[str, list[int]] = {}
     for topic, partition in sorted(start):
         assign.setdefault(topic, []).append(partition)
@@ -91,7 +107,7 @@ def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end:
         spark.read.format("kafka")
         .options(**settings.kafka_reader_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
-        .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}backfill")
+        .option("kafka.group.id", group)
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(span.spark_json(start)))
         .option("endingOffsets", json.dumps(span.spark_json(end)))
@@ -125,11 +141,18 @@ def apply_range(
     # The chunks' ids are their indexes, so the id names the chunk size: a rerun cut into other chunks must
     # not find chunk N of the first run "already written" and skip records it never held.
     identity = _identity(where, purpose, span, f":chunks of {chunk_size}")
+    # The look-back of applied ids kept from chunk to chunk, as a streaming job keeps it from batch to batch:
+    # each chunk's look-back is the chunk before's, which read again from the table cost each chunk a scan.
+    lookback = spec.dedupe_lookback_records
+    event_ids = EventIds(lookback) if lookback else None
+    group = range_group()
     started = time.monotonic()
     total = dead = count = 0
     for index, (start, end) in enumerate(chunks(span, chunk_size)):
-        ctx = BatchContext(spark, spec, where.table, where.dead_letters, identity, index, topics=topics)
-        records = read_chunk(spark, settings, start, end)
+        ctx = BatchContext(
+            spark, spec, where.table, where.dead_letters, identity, index, event_ids=event_ids, topics=topics
+        )
+        records = read_chunk(spark, settings, start, end, group)
         done, bad = handle_batch(records, ctx, registry, {tp: (start[tp], end[tp]) for tp in start})
         total, dead, count = total + done, dead + bad, count + 1
         if progress is not None:

@@ -57,6 +57,12 @@ ON_A_RUNNING_STACK = [
         ["runs"],
     ),
     (
+        "replay_bench",
+        ["--sizes", "2000", "--chunk-size", "1000", "--lakes", "local", "--no-warm-up", "--kind", "event_log"],
+        "replay_event_log.json",
+        ["runs", "job_over_floor_seconds"],
+    ),
+    (
         "snapshot_bench",
         ["--rows", "3000", "--writes-per-s", "5", "--timeout-s", "300", "--sample-s", "1"],
         "snapshot.json",

@@ -30,6 +30,7 @@ from tests.support.jobs import (
     status,
     table_rows,
 )
+from tests.support.kafka import create_topics
 from tests.support.stack import Stack
 from tests.support.waits import wait_until
 
@@ -234,3 +235,38 @@ def test_a_backfill_killed_and_run_again_with_other_chunks_applies_every_offset_
     assert partial != expected, "the first backfill finished before it was killed: make the range longer"
     run("jobs", "backfill", name, "--from", "earliest", "--chunk-size", "150", env=env)
     assert balances(table) == expected
+
+
+def test_a_replay_of_many_chunks_of_large_events_fits_a_small_driver_heap(
+    stack: Stack, topic_name: str, tmp_path: Path
+) -> None:
+    """Each chunk's Kafka consumers, and the records they fetched ahead, are taken up by the next chunk.
+
+    Spark pools its executors' consumers and their fetched records by (consumer group, partition) and keeps an
+    idle one 5 minutes; read with a group of its own, each chunk left 4 consumers' worth of 8 KB events fetched
+    ahead in the heap, and this replay ran its 512 MB driver out of memory within a few chunks.
+    """
+    create_topics(stack.kafka_config(), [topic_name], partitions=4)
+    producer = Producer({**stack.kafka_config(), "acks": "all", "linger.ms": 20})
+    events = 24_000
+    for i in range(events):
+        value = json.dumps({"account_id": f"a-{i}", "owner": "o" * 7_900, "currency": "EUR"})
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("id", f"e-{i}"),
+            ("eventType", "AccountOpened"),
+            ("eventVersion", "1"),
+        ]
+        while True:
+            try:
+                producer.produce(topic_name, key=f"a-{i % 400}", value=value, headers=headers)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+    name, env = job_env(stack, tmp_path, "event_log", topic_name)
+    env["CDCPIPE_SPARK_DRIVER_MEMORY"] = "512m"  # a driver of its own, with a small heap
+
+    done = run("jobs", "replay", name, "--into", "rebuilt", "--chunk-size", "2000", env=env)
+    assert f"from {events} records" in done.stdout, done.stdout + done.stderr[-3000:]
+    ids = DeltaTable(str(tmp_path / "lake" / "rebuilt")).to_pyarrow_table(columns=["event_id"]).column(0)
+    assert sorted(ids.to_pylist()) == sorted(f"e-{i}" for i in range(events))
