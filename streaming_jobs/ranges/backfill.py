@@ -103,7 +103,7 @@ def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end:
     for topic, partition in sorted(start):
         assign.setdefault(topic, []).append(partition)
     span = Range(start, end)
-    return (
+    reader = (
         spark.read.format("kafka")
         .options(**settings.kafka_reader_options())
         # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
@@ -114,8 +114,24 @@ def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end:
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", "read_committed")
         .option("failOnDataLoss", "true")
-        .load()
     )
+    # Spark warns at each read given a group that queries sharing it interfere; a range's reads are assigned
+    # partitions, commit nothing and run one after another: the warning, a dozen lines a chunk, is not for them.
+    with _logger_at(spark, "org.apache.spark.sql.kafka010.KafkaSourceProvider", "ERROR"):
+        return reader.load()
+
+
+@contextlib.contextmanager
+def _logger_at(spark: SparkSession, name: str, level: str) -> Iterator[None]:
+    """The driver's log4j logger `name` at `level` for the block, as it was after."""
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    configurator = log4j.core.config.Configurator
+    before = log4j.LogManager.getLogger(name).getLevel()
+    configurator.setLevel(name, log4j.Level.toLevel(level))
+    try:
+        yield
+    finally:
+        configurator.setLevel(name, before)
 
 
 def apply_range(
