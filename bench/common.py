@@ -34,7 +34,7 @@ from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
-from schemas.topics import TopicSpec
+from schemas.topics import PrefixGrant, TopicSpec
 from streaming_jobs.lake.paths import LakePath
 
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
@@ -352,6 +352,26 @@ def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int)
     topics.apply(kafka.client_config(), specs)
 
 
+def connector_prefixes(prefix: str) -> tuple[str, str]:
+    """The topics a Debezium connector with `topic.prefix` = `prefix` names itself: its tables' and its heartbeats'."""
+    return f"{prefix}.", f"__debezium-heartbeat.{prefix}"
+
+
+def grant_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
+    """Let Connect create and write (and the jobs read) those topics, as `topics apply` grants a topic file's prefix."""
+    grants = [PrefixGrant(p, ("User:connect",), ("User:jobs",), ("User:connect",)) for p in connector_prefixes(prefix)]
+    topics.apply(kafka.client_config(), [], grants)
+
+
+def delete_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
+    """The topics Connect made under a connector's prefixes (`grant_connector_topics`), deleted."""
+    admin = AdminClient(kafka.client_config())
+    made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(connector_prefixes(prefix))]
+    for future in admin.delete_topics(made).values() if made else []:
+        with contextlib.suppress(Exception):
+            future.result(30)
+
+
 def env_kafka(env: dict[str, str]) -> KafkaSettings:
     """The Kafka client settings `stack env` points at (the stack's admin)."""
     return KafkaSettings.from_file(Path(env["CDCPIPE_KAFKA_CONFIG"]))
@@ -475,12 +495,7 @@ def captured(
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_jobs_bench_{tag}")))
         shutil.rmtree(home, ignore_errors=True)
         # The table's topic (`tables add` made it), and those Connect made for the connector's own prefixes.
-        admin = AdminClient(env_kafka(env).client_config())
-        own = (f"{prefix}.", f"__debezium-heartbeat.{prefix}")
-        made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(own)]
-        for future in admin.delete_topics(made).values() if made else []:
-            with contextlib.suppress(Exception):
-                future.result(30)
+        delete_connector_topics(env_kafka(env), prefix)
 
 
 def commit_changes(source: Captured, changes: int, timeout_s: float = 600) -> tuple[int, float]:

@@ -54,8 +54,10 @@ from common import (
     copy_rows,
     cpu_us_per_event,
     create_bench_topics,
+    delete_connector_topics,
     drain,
     free_port,
+    grant_connector_topics,
     machine_busy_s,
     outbox_load,
     payload,
@@ -72,7 +74,7 @@ from hdrh.histogram import HdrHistogram
 from psycopg import sql
 
 from cdcpipe.common.kafka_client import KafkaSettings
-from connectors import definitions, slots
+from connectors import commands, definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from infra import gc_log, kafka_security
@@ -197,6 +199,9 @@ def start_debezium(
     )
     name = f"bench-{tag}"
     connect.put_config(name, config)
+    # As `connectors apply` checks one: its tasks RUNNING past their first heartbeat (10 s), the first write to a
+    # topic of its own; a task that cannot write it fails then, and the error says why.
+    commands.wait_running(connect, settings, [name], timeout_s=120)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         slot = slots.slot_status(settings, f"bench_{tag}")
@@ -204,6 +209,13 @@ def start_debezium(
             return name
         time.sleep(0.2)
     raise SystemExit(f"Debezium connector {name} did not start streaming within 120s: {connect.status(name)}")
+
+
+def failure_of(connect: ConnectClient, settings: ConnectSettings, name: str) -> str | None:
+    """What failed in connector `name` and how to fix it (`connectors apply`'s words); None while it runs."""
+    report = commands.status(connect, settings, name)
+    failed = report.state == "FAILED" or any(t.state == "FAILED" for t in report.tasks)
+    return commands.failure(report) if failed else None
 
 
 def connect_worker_pid() -> int:
@@ -305,8 +317,12 @@ def latency_run(
     publisher_pid: int,
     bench_outboxes: Sequence[OutboxNames] = (),
     warmup: float = WARMUP_S,
+    connector_failure: Callable[[], str | None] | None = None,
 ) -> dict[str, Any]:
     """Events at `rate` per second for `warmup` + `seconds` into `names`'s outbox; the last `seconds` are measured.
+
+    `connector_failure`: for a Debezium publisher, what failed in its connector (None while it runs), which the
+    error names when no measured event arrives.
 
     The warm-up runs the same schedule, without a gap, and its events are recorded apart. On a freshly
     started stack, in 8 runs, the first minute at 3,000/s had a p99 of 13-26 ms where the 20 s after it had
@@ -362,7 +378,9 @@ def latency_run(
     if cpu_before is None:
         generator.stop()
         sampler.stop()
-        why = where_events_stopped(dsn, names, consumer, topic, publisher_pid, received, warmup_events)
+        why = where_events_stopped(
+            dsn, names, consumer, topic, publisher_pid, received, warmup_events, connector_failure
+        )
         consumer.close()
         raise SystemExit(f"{rate}/s: no measured event arrived within {warmup + seconds + 60:.0f} s: {why}")
     wall = cpu_after[2] - cpu_before[2]
@@ -392,9 +410,24 @@ def latency_run(
 
 
 def where_events_stopped(
-    dsn: str, names: OutboxNames, consumer: Consumer, topic: str, publisher_pid: int, received: int, warmup: int
+    dsn: str,
+    names: OutboxNames,
+    consumer: Consumer,
+    topic: str,
+    publisher_pid: int,
+    received: int,
+    warmup: int,
+    connector_failure: Callable[[], str | None] | None = None,
 ) -> str:
-    """Why a latency run saw none of its measured events: which stage holds them, read when it gave up."""
+    """Why a latency run saw none of its measured events: which stage holds them, read when it gave up.
+
+    A Debezium publisher (`connector_failure` given) reads the WAL and leaves the outbox's rows where they are,
+    so the rows left say nothing of it: its connector's state does.
+    """
+    seen = f"{received} of the {warmup} warm-up events arrived"
+    failed = connector_failure() if connector_failure is not None else None
+    if failed:
+        return f"{seen}; {failed}"
     table = sql.Identifier(names.outbox_schema, names.outbox_table)
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()
@@ -402,10 +435,9 @@ def where_events_stopped(
     partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     ends = sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions)
     read = sum(max(0, tp.offset) for tp in consumer.position(partitions))
-    seen = f"{received} of the {warmup} warm-up events arrived"
     if not Path(f"/proc/{publisher_pid}").exists():
         return f"{seen}; the publisher (pid {publisher_pid}) is gone: see its log"
-    if waiting:
+    if waiting and connector_failure is None:
         return (
             f"{seen}; {waiting} events are still in {names.outbox_schema}.{names.outbox_table}: the publisher "
             "fell behind or stopped publishing (its log; `cdcpipe relay status` for a stall)"
@@ -564,6 +596,10 @@ def main() -> None:
     )
     kafka = kafka_security.client(stack)
     create_bench_topics(kafka, [relay_topic, debezium_topic, ceiling_topic, quiet_topic], PARTITIONS)
+    # The topics the Debezium connector names itself (its heartbeats every 10 s, its heartbeat table's changes),
+    # granted to Connect as the shipped topic files grant the shipped connector's: the broker creates none on use.
+    if not args.no_debezium:
+        grant_connector_topics(kafka, f"bench_{tag}")
     password_file = Path(env["CDCPIPE_DEBEZIUM_PASSWORD_FILE"])
     with psycopg.connect(dsn) as conn:
         for n in all_names:
@@ -696,6 +732,7 @@ def main() -> None:
                         worker,
                         all_names,
                         args.warmup,
+                        connector_failure=lambda: failure_of(connect, connect_settings, debezium_name or ""),
                     )
                     runs.append({"publisher": "debezium", **run})
     finally:
@@ -708,6 +745,8 @@ def main() -> None:
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(n.outbox_schema)))
                 conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{n.outbox_schema}")))
         AdminClient(kafka.client_config()).delete_topics([relay_topic, debezium_topic, ceiling_topic, quiet_topic])
+        if not args.no_debezium:
+            delete_connector_topics(kafka, f"bench_{tag}")
     lower = min(result["ceiling_postgres"]["remove_rows_per_s"], result["ceiling_kafka"]["produce_msgs_per_s"])
     result["relay_drain"]["ratio_to_lower_ceiling"] = round(result["relay_drain"]["events_per_s"] / lower, 2)
     result["relay_drain"]["ratio_to_lower_ceiling_per_round"] = [

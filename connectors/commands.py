@@ -13,7 +13,7 @@ from connectors import definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from connectors.definitions import Change
-from connectors.errors import ConnectError, DefinitionError
+from connectors.errors import ConnectError, ConnectorNotFoundError, DefinitionError
 from connectors.slots import SlotStatus
 
 
@@ -205,20 +205,29 @@ def wait_running(
     steady_since: float | None = None
     reports: list[ConnectorReport] = []
     while True:
-        reports = [status(client, settings, name) for name in names]
+        reports = []
+        unknown = []  # accepted, but no worker has started them yet: Connect answers 404 for their status until then
+        for name in names:
+            try:
+                reports.append(status(client, settings, name))
+            except ConnectorNotFoundError:
+                unknown.append(name)
         for report in reports:
             if report.state == "FAILED" or any(t.state == "FAILED" for t in report.tasks):
-                raise ConnectError(_failure(report))
+                raise ConnectError(failure(report))
         now = clock()
-        healthy = all(r.healthy and r.tasks for r in reports)
+        healthy = not unknown and all(r.healthy and r.tasks for r in reports)
         steady_since = (now if steady_since is None else steady_since) if healthy else None
         if steady_since is not None and now - steady_since >= steady_s:
             return
         if now >= deadline:
             waiting = "; ".join(
-                f"{r.name} {r.state}, tasks {[t.state for t in r.tasks] or 'none yet'}"
-                for r in reports
-                if not r.healthy
+                [f"{name} not started by any worker yet" for name in unknown]
+                + [
+                    f"{r.name} {r.state}, tasks {[t.state for t in r.tasks] or 'none yet'}"
+                    for r in reports
+                    if not r.healthy
+                ]
             )
             waiting = waiting or f"every task RUNNING, but for less than {steady_s:.0f}s"
             raise ConnectError(
@@ -236,7 +245,8 @@ def _wait_connector_state(client: ConnectClient, name: str, state: str, timeout_
         time.sleep(0.5)
 
 
-def _failure(report: ConnectorReport) -> str:
+def failure(report: ConnectorReport) -> str:
+    """What failed (the connector or its first failed task), the first line of its cause, and the fix."""
     failed = [t for t in report.tasks if t.state == "FAILED"]
     what = f"task {failed[0].id} FAILED" if failed else "the connector FAILED"
     cause = next((line for t in failed for line in (t.trace or "").splitlines()[:1]), "")

@@ -36,6 +36,8 @@ def connect(states: list[tuple[float, str, str | None]], clock: Clock) -> Connec
         if request.url.path.endswith("/config"):
             return httpx.Response(200, json={"connector.class": "FileStreamSource", "name": "mine"})
         state, trace = next((s, t) for since, s, t in reversed(states) if clock.now >= since)
+        if state == "UNKNOWN":  # created, not started by a worker yet: Connect has no status for it
+            return httpx.Response(404, json={"error_code": 404, "message": "No status found for connector mine"})
         task = {"id": 0, "state": state, "worker_id": "w:8083", **({"trace": trace} if trace else {})}
         return httpx.Response(200, json={"connector": {"state": "RUNNING", "worker_id": "w:8083"}, "tasks": [task]})
 
@@ -78,3 +80,13 @@ def test_connects_own_wording_of_a_topic_it_may_not_describe_gets_the_same_fix()
 def test_a_task_that_never_runs_is_reported_with_its_state_when_the_wait_ends() -> None:
     with pytest.raises(ConnectError, match=r"not RUNNING within 30s: mine RUNNING, tasks \['UNASSIGNED'\]"):
         wait([(0, "UNASSIGNED", None)], timeout_s=30)
+
+
+def test_a_connector_connect_has_no_status_for_yet_is_waited_for() -> None:
+    clock = wait([(0, "UNKNOWN", None), (2, "RUNNING", None)])
+    assert 2 + commands.STEADY_S <= clock.now <= 2 + commands.STEADY_S + 1
+
+
+def test_a_connector_no_worker_starts_is_named_when_the_wait_ends() -> None:
+    with pytest.raises(ConnectError, match=r"not RUNNING within 30s: mine not started by any worker yet"):
+        wait([(0, "UNKNOWN", None)], timeout_s=30)

@@ -26,6 +26,28 @@ def test_the_shipped_files_declare_every_topic_the_shipped_jobs_read() -> None:
     assert read <= declared, f"jobs read topics no file declares: {sorted(read - declared)}"
 
 
+@pytest.mark.parametrize("name", ["outbox", "tables"])
+def test_each_shipped_connectors_topic_file_lets_connect_make_the_topics_it_names_itself(
+    name: str, tmp_path: Path
+) -> None:
+    """A user may apply one of the files alone (only the outbox, say): it must cover its connector's own topics.
+
+    Debezium names its heartbeat topic `__debezium-heartbeat.<topic.prefix>` and writes it every
+    `heartbeat.interval.ms`: a connector that may not, fails at its first heartbeat.
+    """
+    import json
+
+    config = json.loads((EXAMPLES / "connectors" / f"{name}.json").read_text())["config"]
+    prefix = config["topic.prefix"]
+    (tmp_path / f"{name}.toml").write_text((EXAMPLES / "topics" / f"{name}.toml").read_text())
+    grants = topics.load(tmp_path).prefixes
+    for topic in (f"{prefix}.some_schema.some_table", f"__debezium-heartbeat.{prefix}"):
+        covering = [g for g in grants if topic.startswith(g.prefix)]
+        assert any("User:connect" in g.producers and "User:connect" in g.creators for g in covering), (
+            f"examples/topics/{name}.toml does not let Connect create and write {topic}"
+        )
+
+
 def test_defaults_apply_and_an_entry_overrides_them(tmp_path: Path) -> None:
     write(
         tmp_path,
