@@ -214,8 +214,7 @@ def start_debezium(
 def failure_of(connect: ConnectClient, settings: ConnectSettings, name: str) -> str | None:
     """What failed in connector `name` and how to fix it (`connectors apply`'s words); None while it runs."""
     report = commands.status(connect, settings, name)
-    failed = report.state == "FAILED" or any(t.state == "FAILED" for t in report.tasks)
-    return commands.failure(report) if failed else None
+    return commands.failure(report) if report.failed else None
 
 
 def connect_worker_pid() -> int:

@@ -105,6 +105,11 @@ class ConnectorReport:
     def healthy(self) -> bool:
         return self.state == "RUNNING" and all(t.state == "RUNNING" for t in self.tasks)
 
+    @property
+    def failed(self) -> bool:
+        """The connector or one of its tasks FAILED: it stays so until restarted."""
+        return self.state == "FAILED" or any(t.state == "FAILED" for t in self.tasks)
+
 
 # Causes we recognise in a failed task's trace, and what to do about each.
 ADVICE = [
@@ -213,7 +218,7 @@ def wait_running(
             except ConnectorNotFoundError:
                 unknown.append(name)
         for report in reports:
-            if report.state == "FAILED" or any(t.state == "FAILED" for t in report.tasks):
+            if report.failed:
                 raise ConnectError(failure(report))
         now = clock()
         healthy = not unknown and all(r.healthy and r.tasks for r in reports)
