@@ -117,6 +117,10 @@ def test_a_bench_runs_and_reports(
     if name == "snapshot_bench":
         assert report["passed"], report
         assert report["mirror_rows_differing_from_the_table"] == 0
+    if name == "replay_bench":
+        # 2,000 events over 10,000 keys: one row each in a latest state, an event log and the floor's copy.
+        assert report["runs"], report
+        assert all(r["rows_in_read_model"] == r["events"] == 2000 for r in report["runs"]), report["runs"]
     if name == "merge_bench":
         merges = report["100"]["deletion_vectors"]
         assert len(merges["ms_each"]) == 2
