@@ -123,10 +123,15 @@ def read_chunk(spark: SparkSession, settings: JobsSettings, start: Offsets, end:
 
 @contextlib.contextmanager
 def _logger_at(spark: SparkSession, name: str, level: str) -> Iterator[None]:
-    """The driver's log4j logger `name` at `level` for the block, as it was after."""
+    """The driver's log4j logger `name` at `level` for the block, as it was after.
+
+    A logger without a level of its own gets its parent's back (null), not the level it had in effect: pinned,
+    it would no longer follow `setLogLevel`.
+    """
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     configurator = log4j.core.config.Configurator
-    before = log4j.LogManager.getLogger(name).getLevel()
+    configured = log4j.LogManager.getContext(False).getConfiguration().getLoggers().get(name)
+    before = configured.getLevel() if configured is not None else None
     configurator.setLevel(name, log4j.Level.toLevel(level))
     try:
         yield
