@@ -28,13 +28,15 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
+from capture.config import CaptureSettings
+from capture.files import connector_grants
 from cdcpipe.common.kafka_client import KafkaSettings
 from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
-from schemas.topics import PrefixGrant, TopicSpec
+from schemas.topics import TopicSpec
 from streaming_jobs.lake.paths import LakePath
 
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
@@ -352,21 +354,19 @@ def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int)
     topics.apply(kafka.client_config(), specs)
 
 
-def connector_prefixes(prefix: str) -> tuple[str, str]:
-    """The topics a Debezium connector with `topic.prefix` = `prefix` names itself: its tables' and its heartbeats'."""
-    return f"{prefix}.", f"__debezium-heartbeat.{prefix}"
-
-
 def grant_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
-    """Let Connect create and write (and the jobs read) those topics, as `topics apply` grants a topic file's prefix."""
-    grants = [PrefixGrant(p, ("User:connect",), ("User:jobs",), ("User:connect",)) for p in connector_prefixes(prefix)]
-    topics.apply(kafka.client_config(), [], grants)
+    """Let Connect create and write the topics a connector with `topic.prefix` = `prefix` names itself.
+
+    Its tables' and its heartbeats', as `tables add` grants them (capture.files.connector_grants).
+    """
+    topics.apply(kafka.client_config(), [], connector_grants(CaptureSettings.load(), prefix))
 
 
 def delete_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
     """The topics Connect made under a connector's prefixes (`grant_connector_topics`), deleted."""
+    own = tuple(g.prefix for g in connector_grants(CaptureSettings.load(), prefix))
     admin = AdminClient(kafka.client_config())
-    made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(connector_prefixes(prefix))]
+    made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(own)]
     for future in admin.delete_topics(made).values() if made else []:
         with contextlib.suppress(Exception):
             future.result(30)

@@ -31,18 +31,22 @@ class Job:
     stack: Stack
     env: dict[str, str] = field(default_factory=dict)
 
-    def run(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        env = {
+    def environment(self) -> dict[str, str]:
+        """What the job's runs and its `cdcpipe jobs` commands see: its lake, its folder, the jobs' own Kafka user."""
+        return {
             **self.stack.process_env(),
             "CDCPIPE_LAKE": self.lake,
+            "CDCPIPE_JOBS_DIRS": str(self.folder),
             "CDCPIPE_KAFKA_CONFIG": str(self.stack.kafka_file("jobs")),  # the jobs' own user and ACLs
             **self.env,
         }
+
+    def run(self, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         # On this test process's shared Spark driver (tests.support.spark_host), or a process of its own.
         proc = spark_run(
             "streaming_jobs.run.runner",
             [self.name, "--jobs-dir", str(self.folder), "--trigger", "available-now", *extra],
-            env,
+            self.environment(),
         )
         if check:
             assert proc.returncode == 0, proc.stderr[-4000:]

@@ -192,8 +192,7 @@ def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
     before = history_versions(path)
     assert [v for v in before if v[3]] == [("a", 13, str(ts(160)), True), ("c", 6, str(ts(150)), True)]
     assert len(before) == 7
-    env = {**stack.process_env(), "CDCPIPE_JOBS_DIRS": str(job.folder), "CDCPIPE_LAKE": job.lake}
-    optimized = jobs_command("jobs", "optimize", job.name, env=env)
+    optimized = jobs_command("jobs", "optimize", job.name, env=job.environment())
     assert optimized.returncode == 0, optimized.stderr[-3000:]
     assert DeltaTable(path).metadata().partition_columns == ["is_current"]
     assert history_versions(path) == before, "partitioning must not change the rows"
