@@ -442,6 +442,7 @@ class Captured:
     table: sql.Identifier
     job: str
     topic: str
+    name: str  # the table as `cdcpipe tables add` names it, and its contract: schema.table
 
 
 @contextlib.contextmanager
@@ -485,7 +486,7 @@ def captured(
         job = f"{table}_{what}"
         with (folders["jobs"] / f"{job}.toml").open("a") as definition:
             definition.write("".join(f"{line}\n" for line in settings))
-        yield Captured(user, ident, job, f"{prefix}.public.{table}")
+        yield Captured(user, ident, job, f"{prefix}.public.{table}", f"public.{table}")
     finally:
         command = ["connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes"]
         subprocess.run([sys.executable, "-m", "cdcpipe", *command], env=user, capture_output=True, check=False)

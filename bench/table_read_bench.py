@@ -11,6 +11,8 @@ setting reads the whole topic as one batch, `--runs` times:
   cache, its shapes found (`observed`), every change counted from the cache. The driver's first read is its
   first batch (`first_batch_s`: its first record's shape met first, `meet_first`); the others are a running
   job's batches.
+- `classify_s`: what the batch does next (the job's `classify.run`): every cached change parsed, converted to
+  the contract's columns and checked (`classify.table_changes.classify`), into a cache of its own.
 The settings: the jobs' fetches (`streaming_jobs.config.FETCH`, `shipped`), the Kafka consumer's defaults (1 MB a
 partition, 500 records a poll), 16 MB / 100,000, and the shipped fetches in a JVM without its optimising compiler
 (`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). `bare_changes`: the same changes as
@@ -89,12 +91,15 @@ def strip_schemas(env: dict[str, str], topic: str, bare: str) -> dict[str, int]:
     return counts
 
 
-def driver(topic: str, fetch: dict[str, str], runs: int) -> None:
+def driver(topic: str, table: str, fetch: dict[str, str], runs: int) -> None:
     """In a driver of its own: time the reads, print one JSON line."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark only in the driver process
 
+    from schemas.table_contracts import load_table_contract
+    from streaming_jobs.classify import table_changes
     from streaming_jobs.config import JobsSettings
     from streaming_jobs.schema_change import apply
+    from streaming_jobs.schema_change.shapes import contract_shape, parse_shape
     from streaming_jobs.spark_session import build_spark_session
 
     settings = JobsSettings.load(spark_master="local[2]")
@@ -120,17 +125,34 @@ def driver(topic: str, fetch: dict[str, str], runs: int) -> None:
         finally:
             cache.unpersist()
 
+    contract = load_table_contract(table)
+    changes = apply.slim(records()).cache()
+    # The table's columns never change here: each shape is read as it is (a bare change with the contract's), as
+    # `apply.reconcile` plans it then.
+    shapes = apply.observed(changes).shapes
+    plans = {h: apply.Plan(contract_shape(contract) if text is None else parse_shape(text)) for h, text in shapes}
+
+    def classify() -> int:
+        classified = table_changes.classify(changes, contract, plans).cache()
+        try:
+            return int(classified.count())
+        finally:
+            classified.unpersist()
+
     def timed(read: Any) -> tuple[float, int]:
         began = time.monotonic()
         count = read()
         return time.monotonic() - began, int(count)
 
     first, read_count = timed(one_read)
-    counts, reads = [], []
+    classified = timed(classify)[1]  # once before the runs: the first compiles the classification's code
+    counts, reads, classifies = [], [], []
     for _ in range(runs):
         seconds, records_counted = timed(lambda: records().count())
         counts.append(seconds)
         reads.append(timed(one_read)[0])
+        classifies.append(timed(classify)[0])
+    changes.unpersist()
     spark.stop()
     print(
         json.dumps(
@@ -138,17 +160,23 @@ def driver(topic: str, fetch: dict[str, str], runs: int) -> None:
                 "first_batch_s": first,
                 "count_s": counts,
                 "one_read_s": reads,
+                "classify_s": classifies,
                 "records": records_counted,
                 "read": read_count,
+                "classified": classified,
             }
         )
     )
 
 
-def measure(env: dict[str, str], topic: str, fetch: dict[str, str], java: str, runs: int) -> dict[str, Any]:
-    """One driver's figures, with these fetches and JVM options."""
+def measure(
+    env: dict[str, str], source: tuple[str, str], fetch: dict[str, str], java: str, runs: int
+) -> dict[str, Any]:
+    """One driver's figures, reading `source` (topic, table) with these fetches and JVM options."""
+    topic, table = source
+    command = ["--driver", topic, "--table", table, "--fetch", json.dumps(fetch), "--runs", str(runs)]
     ran = subprocess.run(
-        [sys.executable, __file__, "--driver", topic, "--fetch", json.dumps(fetch), "--runs", str(runs)],
+        [sys.executable, __file__, *command],
         env={**env, "CDCPIPE_SPARK_JAVA_OPTIONS": java},
         capture_output=True,
         text=True,
@@ -164,9 +192,12 @@ def measure(env: dict[str, str], topic: str, fetch: dict[str, str], java: str, r
         "read": found["read"],
         "count_s": round(statistics.median(found["count_s"]), 2),
         "one_read_s": round(statistics.median(found["one_read_s"]), 2),
+        "classify_s": round(statistics.median(found["classify_s"]), 2),
+        "classified": found["classified"],
         "first_batch_s": round(found["first_batch_s"], 2),
         "count_s_runs": [round(s, 2) for s in found["count_s"]],
         "one_read_s_runs": [round(s, 2) for s in found["one_read_s"]],
+        "classify_s_runs": [round(s, 2) for s in found["classify_s"]],
     }
 
 
@@ -179,10 +210,11 @@ def main() -> None:
         "--java-options", help="JVM options of every setting's driver instead of its own (a smoke run's cheaper JIT)"
     )
     parser.add_argument("--driver", help=argparse.SUPPRESS)  # the topic, in the reading driver
+    parser.add_argument("--table", help=argparse.SUPPRESS)  # the captured table, whose contract it classifies with
     parser.add_argument("--fetch", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.driver:
-        driver(args.driver, json.loads(args.fetch), args.runs)
+        driver(args.driver, args.table, json.loads(args.fetch), args.runs)
         return
     unknown = set(args.settings.split(",")) - set(SETTINGS)
     if unknown or args.changes < 1 or args.runs < 1:
@@ -206,7 +238,7 @@ def main() -> None:
             java = java if args.java_options is None else args.java_options
             print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
             topic = bare if name == BARE else source.topic
-            result[name] = measure(source.env, topic, fetch, java, args.runs)
+            result[name] = measure(source.env, (topic, source.name), fetch, java, args.runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "table_read.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

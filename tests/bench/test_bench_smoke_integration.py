@@ -128,6 +128,7 @@ def test_a_bench_runs_and_reports(
     if name == "table_read_bench":
         read = report["bare_changes"]
         assert report["published"] == read["records"] == read["read"] == 500, "every change read, each once"
+        assert read["classified"] == 500, "every change classified, each once"
         assert 0 < report["value_bytes"]["without"] < report["value_bytes"]["with_schema"]
     if name == "batch_bench":
         assert set(report["ms_median"]) == set(SMOKE_VARIANTS.split(","))
