@@ -32,6 +32,32 @@ def batch_end(checkpoint: LakePath, batch_id: int) -> Offsets | None:
     return reached
 
 
+def first_batch_start(checkpoint: LakePath) -> Offsets | None:
+    """The offsets a query's first batch reads from, as its Kafka source resolved them; None if not written yet.
+
+    Spark's Kafka source writes them to `sources/<n>/0` (a NUL byte, "v1", then {topic: {partition: offset}},
+    earliest and latest already turned into offsets) before it plans batch 0, and starts batch 0 there. None
+    too when a source's file is missing or not in that form (then the batch's records say where it starts).
+    """
+    folder = checkpoint / "sources"
+    start: Offsets = {}
+    for source in folder.names():
+        try:
+            lines = (folder / source / "0").read_text().lstrip("\0").splitlines()
+        except FileNotFoundError:
+            return None
+        if len(lines) != 2 or lines[0] != "v1":
+            return None
+        try:
+            found = json.loads(lines[1])
+            for topic, partitions in found.items():
+                for partition, offset in partitions.items():
+                    start[(topic, int(partition))] = int(offset)
+        except (ValueError, AttributeError):
+            return None
+    return start or None
+
+
 def clear_unfinished_writes(checkpoint: LakePath) -> list[str]:
     """Delete what a killed query left half-written in `offsets/` and `commits/`; returns their names.
 

@@ -36,7 +36,13 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import Partition
 from streaming_jobs.once import sources
 from streaming_jobs.once.applied import Interval
-from streaming_jobs.once.checkpoints import batch_end, clear_unfinished_writes, rendered_progress, write_progress
+from streaming_jobs.once.checkpoints import (
+    batch_end,
+    clear_unfinished_writes,
+    first_batch_start,
+    rendered_progress,
+    write_progress,
+)
 from streaming_jobs.once.context import BatchContext, app_id
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
@@ -215,10 +221,12 @@ def _first_line(exc: Exception) -> str:
 def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interval] | None:
     """The offsets batch N reads, from the checkpoint's plan: [end of batch N-1, end of batch N).
 
-    None for a first batch (its start is not in the checkpoint): the records then say where it starts.
+    A first batch starts where the Kafka source resolved its starting offsets. Without them (None) the records
+    say where the batch starts, at the price of reading the whole batch from Kafka once more: a new job's first
+    batch is its backlog (a table's snapshot), the largest it reads.
     """
     end = batch_end(checkpoint, batch_id)
-    start = batch_end(checkpoint, batch_id - 1) if batch_id > 0 else None
+    start = batch_end(checkpoint, batch_id - 1) if batch_id > 0 else first_batch_start(checkpoint)
     if end is None or start is None:
         return None
     # A partition new since the last batch starts at its first offset: it is not in the previous plan.

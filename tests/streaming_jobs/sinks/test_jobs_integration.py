@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.once import applied
 from tests.support.jobs import BALANCES, Event, deposit, make_job, opened, send
 from tests.support.stack import Stack
 
@@ -68,6 +69,11 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     job = make_job(stack, tmp_path, "event_log", [topic])
     job.run()
     assert job.counts() == (2, 7), "the rows appended (the copy in the batch is not) and the dead letters"
+    # A first batch starts where the checkpoint says, as later ones do: its records are read from Kafka once, not
+    # a second time to find their offsets (Spark counts every read of the batch's records).
+    progress = json.loads((job.checkpoint() / "cdcpipe_progress.json").read_text())["progress"]
+    assert progress["numInputRows"] == 10
+    assert applied.read(LakePath.of(job.lake) / "out").intervals == {(topic, 0): ((0, 10),)}
     rows = job.table()
     assert sorted(str(r["event_id"]) for r in rows) == sorted(ids[:2])
     first = next(r for r in rows if r["event_id"] == ids[0])
