@@ -55,3 +55,12 @@ def test_the_search_stops_at_the_first_rate_not_kept_up_and_names_the_one_before
     assert unsure["stopped_at"] == {"rate": 750, "why": "no verdict"}
     none = jobs_bench.highest_sustained(lambda kind, rate: {"keeps_up": False}, "floor", [500])
     assert none["highest_sustained_per_s"] is None
+
+
+def test_a_backlog_s_rate_is_its_records_over_its_one_batch_not_spark_s_count_of_reads() -> None:
+    # Spark's numInputRows counts each read of the batch's records: twice here, and its rate with it.
+    report: dict[str, Any] = {"batchId": 0, "numInputRows": 2000, "processedRowsPerSecond": 1000.0}
+    progress = {"progress": report | {"durationMs": {"triggerExecution": 2000}}}
+    assert jobs_bench.batch_rate(progress, 1000) == 500
+    progress["progress"]["batchId"] = 1  # a run of several batches: the last one's records are not the backlog's
+    assert jobs_bench.batch_rate(progress, 1000) is None
