@@ -203,8 +203,14 @@ def _metric(commit: list[dict[str, Any]], name: str) -> int | None:
     return None
 
 
-def ensure_table(ctx: BatchContext, columns: DataFrame, partition_by: Sequence[str] = ()) -> DeltaTable:
-    """The job's table, created empty with these columns (partitioned by `partition_by`) on the first batch."""
-    if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        columns.limit(0).write.format("delta").mode("ignore").partitionBy(*partition_by).save(str(ctx.table))
-    return DeltaTable.forPath(ctx.spark, str(ctx.table))
+def created_with(ctx: BatchContext, rows: DataFrame, partition_by: Sequence[str] = ()) -> bool:
+    """On the first batch, the job's table created holding `rows`, in the batch's one commit; False if it exists.
+
+    A first batch (a new table's snapshot or backlog: its largest) has nothing to merge with, and a MERGE into an
+    empty table still joins its source with the table and plans its rewrite: a plain write costs a fraction of it.
+    """
+    if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
+        return False
+    with ctx.idempotent():
+        rows.write.format("delta").mode("append").partitionBy(*partition_by).save(str(ctx.table))
+    return True

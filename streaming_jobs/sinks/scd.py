@@ -24,7 +24,7 @@ from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from streaming_jobs.once.context import BatchContext, ensure_table, merge_source_rows
+from streaming_jobs.once.context import BatchContext, created_with, merge_source_rows
 from streaming_jobs.schema_change.apply import keep_copy
 from streaming_jobs.schema_change.types import spark_type
 
@@ -97,8 +97,10 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
         .where("_n = 1")
         .select(*columns, *MIRROR_META, "_op", UNAVAILABLE)
     )
-    table = _with_commit_lsn(ctx, ensure_table(ctx, newest.drop("_op", UNAVAILABLE)))
     keep_copy(ctx.table, contract)
+    if created_with(ctx, newest.where("_op <> 'd'").drop("_op", UNAVAILABLE)):
+        return newest.count()  # a new table: its first batch's rows written, the deletes of rows it never had dropped
+    table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
     on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
     inserted: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
     updated: dict[str, str | Column] = {_quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
@@ -219,20 +221,20 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         F.lit(None).cast("boolean").alias("is_current"),
     )
     staged = versions.unionByName(closing)
-    table = _with_commit_lsn(
-        ctx, ensure_table(ctx, versions.select(*columns, *HISTORY_META), partition_by=HISTORY_PARTITIONING)
-    )
     keep_copy(ctx.table, contract)
-    on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
-    values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
-    with ctx.idempotent():
-        (
-            table.alias("t")
-            .merge(staged.alias("s"), on)
-            .whenMatchedUpdate(condition=NEWER, set={"valid_to": "s._close_at", "is_current": "false"})
-            .whenNotMatchedInsert(condition="s._insert", values=values)
-            .execute()
-        )
+    # A new table has no version to close: its first batch is its versions, written.
+    if not created_with(ctx, versions.select(*columns, *HISTORY_META), partition_by=HISTORY_PARTITIONING):
+        table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
+        on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
+        values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
+        with ctx.idempotent():
+            (
+                table.alias("t")
+                .merge(staged.alias("s"), on)
+                .whenMatchedUpdate(condition=NEWER, set={"valid_to": "s._close_at", "is_current": "false"})
+                .whenNotMatchedInsert(condition="s._insert", values=values)
+                .execute()
+            )
     count = cached.count()
     cached.unpersist()
     return count
