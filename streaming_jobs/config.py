@@ -23,7 +23,15 @@ CONSUMER_GROUP_PREFIX = "cdcpipe-jobs-"
 # A job's fetches, unless the cluster's client settings say otherwise. The Java consumer's defaults (1 MB a
 # partition, 500 records a poll) cut a batch of table changes (8 KB each with their Connect schema) into a
 # round trip per hundred records; the consumer's buffers stay a few times these sizes.
-FETCH = {"kafka.max.partition.fetch.bytes": str(8 << 20), "kafka.max.poll.records": "20000"}
+# No wait on the broker: a task reads only offsets the driver saw written. But the consumer sends its next fetch
+# (past the range's end) before it returns a poll, and Spark then asks the same broker for the partition's first
+# and last offsets, which the broker answers only after that fetch: after `fetch.max.wait.ms` (500) when no new
+# record comes. A task of a quiet topic waited those 500 ms on every read.
+FETCH = {
+    "kafka.max.partition.fetch.bytes": str(8 << 20),
+    "kafka.max.poll.records": "20000",
+    "kafka.fetch.max.wait.ms": "0",
+}
 
 
 class JobsSettings(StageSettings):
