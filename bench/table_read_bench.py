@@ -14,11 +14,13 @@ setting reads the whole topic as one batch, `--runs` times:
 - `classify_s`: what the batch does next (the job's `classify.run`): every cached change parsed, converted to
   the contract's columns and checked (`classify.table_changes.classify`), into a cache of its own.
 The settings: the jobs' fetches (`streaming_jobs.config.FETCH`, `shipped`), the Kafka consumer's defaults (1 MB a
-partition, 500 records a poll), 16 MB / 100,000, and the shipped fetches in a JVM without its optimising compiler
-(`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). `bare_changes`: the same changes as
+partition, 500 records a poll, a 500 ms wait on the broker), 16 MB / 100,000, and the shipped fetches in a JVM
+without its optimising compiler (`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). `bare_changes`: the same changes as
 Debezium sends them with `value.converter.schemas.enable=false` (the payload alone: the JSON converter writes
 the same bytes for it), copied into a topic of their own, read with the shipped fetches; `value_bytes` says
-what each record carries either way. Each figure is the median of its runs.
+what each record carries either way. `broker_wait`: the shipped fetches with the consumer's default wait on the
+broker (`fetch.max.wait.ms` 500, which the jobs set to 0): on a small batch (`--changes 200`), what a quiet
+topic's read paid. Each figure is the median of its runs.
 Writes bench/results/table_read.json; prints the JSON.
 """
 
@@ -41,7 +43,11 @@ from infra.config import StackSettings
 from streaming_jobs.config import FETCH
 from streaming_jobs.lake.paths import LakePath
 
-DEFAULTS = {"kafka.max.partition.fetch.bytes": str(1 << 20), "kafka.max.poll.records": "500"}
+DEFAULTS = {
+    "kafka.max.partition.fetch.bytes": str(1 << 20),
+    "kafka.max.poll.records": "500",
+    "kafka.fetch.max.wait.ms": "500",
+}
 LARGE = {"kafka.max.partition.fetch.bytes": str(16 << 20), "kafka.max.poll.records": "100000"}
 NO_C2 = "-XX:TieredStopAtLevel=1"
 SETTINGS: dict[str, tuple[dict[str, str], str]] = {
@@ -50,6 +56,7 @@ SETTINGS: dict[str, tuple[dict[str, str], str]] = {
     "16mb_100k": (LARGE, ""),
     "shipped_without_c2": (FETCH, NO_C2),
     "bare_changes": (FETCH, ""),
+    "broker_wait": ({**FETCH, "kafka.fetch.max.wait.ms": "500"}, ""),
 }
 BARE = "bare_changes"  # the one setting that reads the copy without schemas
 ENVELOPE, PAYLOAD = b'{"schema":', b',"payload":'
