@@ -15,12 +15,12 @@ setting reads the whole topic as one batch, `--runs` times:
   the contract's columns and checked (`classify.table_changes.classify`), into a cache of its own.
 The settings: the jobs' fetches (`streaming_jobs.config.FETCH`, `shipped`), the Kafka consumer's defaults (1 MB a
 partition, 500 records a poll, a 500 ms wait on the broker), 16 MB / 100,000, and the shipped fetches in a JVM
-without its optimising compiler (`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers). `bare_changes`: the same changes as
-Debezium sends them with `value.converter.schemas.enable=false` (the payload alone: the JSON converter writes
-the same bytes for it), copied into a topic of their own, read with the shipped fetches; `value_bytes` says
-what each record carries either way. `broker_wait`: the shipped fetches with the consumer's default wait on the
-broker (`fetch.max.wait.ms` 500, which the jobs set to 0): on a small batch (`--changes 200`), what a quiet
-topic's read paid. Each figure is the median of its runs.
+without its optimising compiler (`-XX:TieredStopAtLevel=1`, the flag the test suite gives its drivers).
+`bare_changes`: the same changes as Debezium sends them with `value.converter.schemas.enable=false` (the payload
+alone: the JSON converter writes the same bytes for it), copied into a topic of their own, read with the shipped
+fetches; `value_bytes` says what each record carries either way. `broker_wait`: the shipped fetches with the
+consumer's default wait on the broker (`fetch.max.wait.ms` 500, which the jobs set to 0): on a small batch
+(`--changes 200`), what a quiet topic's read paid. Each figure is the median of its runs.
 Writes bench/results/table_read.json; prints the JSON.
 """
 
