@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdcpipe.common.errors import ConfigError
+from cdcpipe.common.kafka_client import KafkaSettings
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import SparkJarsMissingError
 from streaming_jobs.spark_session import REQUIRED_JARS, session_conf
@@ -124,3 +125,19 @@ def test_the_driver_maps_the_class_archive_when_there_is_one_and_executors_never
         f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}",
         "-XX:TieredStopAtLevel=1",
     )
+
+
+def test_a_jobs_kafka_reads_never_wait_on_the_broker_and_keep_the_clusters_login() -> None:
+    # A task reads only offsets the driver saw written; a broker holding its fetch past them for 500 ms
+    # delayed every read of a quiet topic (docs/benchmarks.md, "A quiet topic's read waited on the broker").
+    cluster = KafkaSettings(
+        kafka_bootstrap="broker:9093",
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="SCRAM-SHA-512",
+        kafka_sasl_username="jobs",
+        kafka_sasl_password="pw",  # noqa: S106 - a test login
+    )
+    options = JobsSettings.load(kafka=cluster).kafka_reader_options()
+    assert options["kafka.fetch.max.wait.ms"] == "0"
+    assert (options["kafka.bootstrap.servers"], options["kafka.security.protocol"]) == ("broker:9093", "SASL_SSL")
+    assert 'username="jobs"' in options["kafka.sasl.jaas.config"]

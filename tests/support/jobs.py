@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -17,6 +18,7 @@ from deltalake import DeltaTable
 from cdcpipe.common.processes import TrackedProcess
 from demo.run import EXAMPLES
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.once.checkpoints import read_progress
 from tests.support.spark_host import SPARK_COMMANDS, spark_run
 from tests.support.stack import Stack, cdcpipe
 
@@ -58,9 +60,13 @@ class Job:
     def checkpoint(self) -> LakePath:
         return LakePath.of(self.lake) / "_checkpoints" / self.name
 
+    def progress(self) -> dict[str, Any]:
+        """The job's progress file as its last run left it (`cdcpipe jobs status` reads the same)."""
+        return read_progress(self.checkpoint())
+
     def counts(self) -> tuple[int, int]:
         """(applied, dead letters) of the last run, as `cdcpipe jobs status` reads them."""
-        progress = json.loads((self.checkpoint() / "cdcpipe_progress.json").read_text())
+        progress = self.progress()
         return int(progress["applied"]), int(progress["dead_letters"])
 
 

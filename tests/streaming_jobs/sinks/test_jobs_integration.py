@@ -71,7 +71,7 @@ def test_event_log_appends_each_event_once_and_bad_records_become_dead_letters(
     assert job.counts() == (2, 7), "the rows appended (the copy in the batch is not) and the dead letters"
     # A first batch starts where the checkpoint says, as later ones do: its records are read from Kafka once, not
     # a second time to find their offsets (Spark counts every read of the batch's records).
-    progress = json.loads((job.checkpoint() / "cdcpipe_progress.json").read_text())["progress"]
+    progress = job.progress()["progress"]
     assert progress["numInputRows"] == 10
     assert applied.read(LakePath.of(job.lake) / "out").intervals == {(topic, 0): ((0, 10),)}
     rows = job.table()
