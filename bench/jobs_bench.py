@@ -21,8 +21,9 @@ Needs the stack running. Everything shares the two cores: Postgres, Kafka, our r
   `floor_one_task_per_core` (not run unless asked): the same floor with the jobs' one task per core.
   `event_log_no_metrics` (not run unless asked): the event log with CDCPIPE_METRICS=false.
 - Throughput: N events already in a topic, one available-now run of a latest-state job; events/s of the
-  batch that applied them (`batch_records_per_s`, `batch_rate`) and of the whole run including start-up. With a
-  table kind asked for, the same for a mirror over N changes of the table (`mirror_throughput`).
+  batch that applied them (`batch_records_per_s`, `batch_rate`), where that batch's time went (`batch_split_ms`),
+  and of the whole run including start-up. With a table kind asked for, the same for a mirror over N changes of
+  the table (`mirror_throughput`).
 - Sustained rate (`--sustain-rates`): each kind at each rate in turn, ascending, until its latency grows over
   the window (the last third's median over the first third's by more than `GROWTH_S` or half, `keeps_up`) or
   its batches lengthen (the last third's median batch over the first's by more than `DURATION_GROWTH` times);
@@ -336,6 +337,7 @@ def table_throughput(env: dict[str, str], lake: LakePath, tag: str, changes: int
         "committed_and_published_s": round(load_s, 1),
         "applied": progress.get("applied"),
         "batch_records_per_s": batch_rate(progress, changes),
+        "batch_split_ms": batch_split(progress),
         "run_s": round(wall, 1),
         "run_changes_per_s": round(changes / wall),
     }
@@ -717,6 +719,15 @@ def batch_rate(progress: dict[str, Any], records: int) -> int | None:
     return round(records / (float(duration_ms) / 1000))
 
 
+def batch_split(progress: dict[str, Any]) -> dict[str, int]:
+    """Where the last batch's time went, ms: Spark's whole batch, and the job's steps in it (streaming_jobs.phases)."""
+    spark = (progress.get("progress") or {}).get("durationMs") or {}
+    steps = (progress.get("batch_steps") or {}).get("seconds") or {}
+    split = {f"job.{k}": 1000 * float(v) for k, v in steps.items()}
+    split["spark.triggerExecution"] = float(spark.get("triggerExecution", 0))
+    return {k: round(v) for k, v in sorted(split.items(), key=lambda kv: -kv[1])}
+
+
 def throughput(env: dict[str, str], lake: LakePath, tag: str, events: int) -> dict[str, Any]:
     topic = f"jobs.{tag}.throughput"
     create_topic(env, topic)
@@ -740,6 +751,7 @@ def throughput(env: dict[str, str], lake: LakePath, tag: str, events: int) -> di
         "run_seconds_with_startup": round(wall, 1),
         "events_per_s_with_startup": round(events / wall),
         "batch_records_per_s": batch_rate(progress, events),
+        "batch_split_ms": batch_split(progress),
         "applied": progress.get("applied"),
     }
 

@@ -150,5 +150,6 @@ def test_a_bench_runs_and_reports(
         assert mirror["published"] == 2000
         assert mirror["applied"] == 1000, "2,000 changes of 1,000 rows: the mirror's batch applies one per row"
         assert mirror["batch_records_per_s"] > 0, "the backlog was not applied in one batch"
+        assert {"job.classify.read", "job.write"} <= set(mirror["batch_split_ms"]), mirror["batch_split_ms"]
         assert report["local"]["runs"][0]["event_log"]["cycle_ms_median"], "no cycle split for the event log"
         assert "keeps_up" in report["local"]["runs"][0]["table_history"], "no verdict on whether it kept up"

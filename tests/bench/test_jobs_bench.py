@@ -64,3 +64,17 @@ def test_a_backlog_s_rate_is_its_records_over_its_one_batch_not_spark_s_count_of
     assert jobs_bench.batch_rate(progress, 1000) == 500
     progress["progress"]["batchId"] = 1  # a run of several batches: the last one's records are not the backlog's
     assert jobs_bench.batch_rate(progress, 1000) is None
+
+
+def test_a_backlogs_batch_is_split_into_the_jobs_steps_largest_first() -> None:
+    progress = {
+        "progress": {"batchId": 0, "durationMs": {"triggerExecution": 9000, "addBatch": 8500}},
+        "batch_steps": {"batch_id": 0, "seconds": {"classify.read": 4.0, "write": 3.0, "resent": 0.5}},
+    }
+    assert list(jobs_bench.batch_split(progress).items()) == [
+        ("spark.triggerExecution", 9000),
+        ("job.classify.read", 4000),
+        ("job.write", 3000),
+        ("job.resent", 500),
+    ]
+    assert jobs_bench.batch_split({}) == {"spark.triggerExecution": 0}
