@@ -20,7 +20,10 @@ without its optimising compiler (`-XX:TieredStopAtLevel=1`, the flag the test su
 alone: the JSON converter writes the same bytes for it), copied into a topic of their own, read with the shipped
 fetches; `value_bytes` says what each record carries either way. `broker_wait`: the shipped fetches with the
 consumer's default wait on the broker (`fetch.max.wait.ms` 500, which the jobs set to 0): on a small batch
-(`--changes 200`), what a quiet topic's read paid. Each figure is the median of its runs.
+(`--changes 200`), what a quiet topic's read paid. `lz4_changes`: the changes with their schemas, copied by a
+producer compressing batches of up to 1 MB with lz4 (Connect's `producer.compression.type=lz4`), read with the
+shipped fetches. `poll_20000`: the shipped fetches with the cap a poll had before (20,000 records), which
+ran a driver out of memory on the lz4 copy. Each figure is the median of its runs.
 Writes bench/results/table_read.json; prints the JSON.
 """
 
@@ -56,20 +59,29 @@ SETTINGS: dict[str, tuple[dict[str, str], str]] = {
     "16mb_100k": (LARGE, ""),
     "shipped_without_c2": (FETCH, NO_C2),
     "bare_changes": (FETCH, ""),
+    "lz4_changes": (FETCH, ""),
+    "poll_20000": ({**FETCH, "kafka.max.poll.records": "20000"}, ""),
     "broker_wait": ({**FETCH, "kafka.fetch.max.wait.ms": "500"}, ""),
 }
-BARE = "bare_changes"  # the one setting that reads the copy without schemas
+BARE = "bare_changes"  # the setting that reads the copy without schemas
+# The settings that read a copy of the topic: its name's suffix, the copying producer's settings, whether the
+# copy drops each value's schema. lz4: what Connect's producer sends with `producer.compression.type=lz4` (the
+# copy's librdkafka producer batches up to 1 MB, as a worker with a larger `producer.batch.size` would).
+COPIES: dict[str, tuple[str, dict[str, str], bool]] = {
+    BARE: ("bare", {}, True),
+    "lz4_changes": ("lz4", {"compression.type": "lz4"}, False),
+}
 ENVELOPE, PAYLOAD = b'{"schema":', b',"payload":'
 
 
-def strip_schemas(env: dict[str, str], topic: str, bare: str) -> dict[str, int]:
-    """Copy `topic` into `bare` (created here, as many partitions), each value without its Connect schema."""
+def copy_topic(env: dict[str, str], topic: str, copy: str, producing: dict[str, str], strip: bool) -> dict[str, int]:
+    """Copy `topic` into `copy` (created here, as many partitions), each value without its Connect schema if `strip`."""
     kafka = env_kafka(env)
     consumer = Consumer(kafka.client_config(**{"group.id": f"table-read-{uuid.uuid4().hex[:8]}"}))
-    producer = Producer(kafka.client_config(**{"linger.ms": 20}))
+    producer = Producer(kafka.client_config(**{"linger.ms": 20, **producing}))
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        create_bench_topics(kafka, [bare], len(partitions))
+        create_bench_topics(kafka, [copy], len(partitions))
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in partitions}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         done: set[int] = {p for p, end in ends.items() if end == 0}
@@ -79,11 +91,11 @@ def strip_schemas(env: dict[str, str], topic: str, bare: str) -> dict[str, int]:
                 if message.error():
                     raise SystemExit(f"reading {topic}: {message.error()}")
                 value, partition, offset = message.value() or b"", message.partition() or 0, message.offset() or 0
-                cut = value.find(PAYLOAD) if value.startswith(ENVELOPE) else -1
+                cut = value.find(PAYLOAD) if strip and value.startswith(ENVELOPE) else -1
                 payload = value[cut + len(PAYLOAD) : -1] if cut >= 0 else value
                 while True:
                     try:
-                        producer.produce(bare, key=message.key(), value=payload, partition=partition)
+                        producer.produce(copy, key=message.key(), value=payload, partition=partition)
                         break
                     except BufferError:
                         producer.poll(0.05)
@@ -233,18 +245,21 @@ def main() -> None:
     with captured(env, lake, tag, "mirror") as source:
         result["published"], took = commit_changes(source, args.changes)
         result["committed_and_published_s"] = round(took, 1)
-        bare = f"{source.topic}.bare"
-        if BARE in args.settings.split(","):
-            copied = strip_schemas(source.env, source.topic, bare)
-            result["value_bytes"] = {
-                "with_schema": round(copied["value_bytes_with_schema"] / copied["records"]),
-                "without": round(copied["value_bytes_without"] / copied["records"]),
-            }
+        topics = {name: source.topic for name in SETTINGS}
+        for name in set(args.settings.split(",")) & set(COPIES):
+            suffix, producing, strip = COPIES[name]
+            topics[name] = f"{source.topic}.{suffix}"
+            copied = copy_topic(source.env, source.topic, topics[name], producing, strip)
+            if name == BARE:
+                result["value_bytes"] = {
+                    "with_schema": round(copied["value_bytes_with_schema"] / copied["records"]),
+                    "without": round(copied["value_bytes_without"] / copied["records"]),
+                }
         for name in args.settings.split(","):
             fetch, java = SETTINGS[name]
             java = java if args.java_options is None else args.java_options
             print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
-            topic = bare if name == BARE else source.topic
+            topic = topics[name]
             result[name] = measure(source.env, (topic, source.name), fetch, java, args.runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "table_read.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -20,16 +20,19 @@ from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 # Every consumer group a job, a backfill or a check uses starts with this; the jobs' Kafka principal is granted READ
 # on this prefix and no other. It shares no prefix with another component's group (Connect's `cdcpipe-connect`).
 CONSUMER_GROUP_PREFIX = "cdcpipe-jobs-"
-# A job's fetches, unless the cluster's client settings say otherwise. The Java consumer's defaults (1 MB a
-# partition, 500 records a poll) cut a batch of table changes (8 KB each with their Connect schema) into a
-# round trip per hundred records; the consumer's buffers stay a few times these sizes.
+# A job's fetches. The Java consumer's defaults (1 MB a partition, 500 records a poll) cut a batch of table
+# changes (8 KB each with their Connect schema) into a round trip per hundred records.
+# A poll's records stay in the heap until the next poll, one poll for each partition a task read (Spark pools
+# the consumers and what they fetched): the cap on a poll is what bounds that, since a fetch's byte limit counts
+# compressed bytes. An lz4 topic of such changes fills an 8 MB fetch with many times its size in records: at
+# 20,000 a poll a 2 GB driver ran out of memory on a backlog; 2,000 read uncompressed topics as fast.
 # No wait on the broker: a task reads only offsets the driver saw written. But the consumer sends its next fetch
 # (past the range's end) before it returns a poll, and Spark then asks the same broker for the partition's first
 # and last offsets, which the broker answers only after that fetch: after `fetch.max.wait.ms` (500) when no new
 # record comes. A task of a quiet topic waited those 500 ms on every read.
 FETCH = {
     "kafka.max.partition.fetch.bytes": str(8 << 20),
-    "kafka.max.poll.records": "20000",
+    "kafka.max.poll.records": "2000",
     "kafka.fetch.max.wait.ms": "0",
 }
 
