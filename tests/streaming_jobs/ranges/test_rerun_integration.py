@@ -243,11 +243,12 @@ def test_a_replay_of_many_chunks_of_large_events_fits_a_small_driver_heap(
     """Each chunk's Kafka consumers, and the records they fetched ahead, are taken up by the next chunk.
 
     Spark pools its executors' consumers and their fetched records by (consumer group, partition) and keeps an
-    idle one 5 minutes; read with a group of its own, each chunk left 4 consumers' worth of 8 KB events fetched
+    idle one 5 minutes; read with a group of its own, each chunk left 4 consumers' worth of large events fetched
     ahead in the heap, and this replay ran its 512 MB driver out of memory within a few chunks.
     The topic is compressed (lz4), as a producer's batches often are: a fetch's byte limit counts compressed
-    bytes, so a poll held as many records as the jobs allowed a poll (20,000: 160 MB of these events, each
-    consumer) and ran this driver out of memory too, until a poll was capped at 2,000 records.
+    bytes, so with 20,000 records allowed a poll, each consumer's first poll held its whole partition (6,000
+    of these 16 KB events, 96 MB) and the first chunk ran this driver out of memory, until a poll was capped at
+    2,000 records.
     """
     create_topics(stack.kafka_config(), [topic_name], partitions=4)
     producer = Producer({**stack.kafka_config(), "acks": "all", "linger.ms": 20, "compression.type": "lz4"})
