@@ -127,9 +127,11 @@ def test_the_driver_maps_the_class_archive_when_there_is_one_and_executors_never
     )
 
 
-def test_a_jobs_kafka_reads_never_wait_on_the_broker_and_keep_the_clusters_login() -> None:
+def test_a_jobs_kafka_reads_never_wait_on_the_broker_cap_their_polls_and_keep_the_clusters_login() -> None:
     # A task reads only offsets the driver saw written; a broker holding its fetch past them for 500 ms
     # delayed every read of a quiet topic (docs/benchmarks.md, "A quiet topic's read waited on the broker").
+    # A stream and a backfill read with these options: the poll cap the small-heap replay test proves on a
+    # compressed topic (tests/streaming_jobs/ranges) reaches a streaming job's reader too.
     cluster = KafkaSettings(
         kafka_bootstrap="broker:9093",
         kafka_security_protocol="SASL_SSL",
@@ -139,5 +141,6 @@ def test_a_jobs_kafka_reads_never_wait_on_the_broker_and_keep_the_clusters_login
     )
     options = JobsSettings.load(kafka=cluster).kafka_reader_options()
     assert options["kafka.fetch.max.wait.ms"] == "0"
+    assert int(options["kafka.max.poll.records"]) <= 2000
     assert (options["kafka.bootstrap.servers"], options["kafka.security.protocol"]) == ("broker:9093", "SASL_SSL")
     assert 'username="jobs"' in options["kafka.sasl.jaas.config"]
