@@ -132,7 +132,8 @@ def plan_add(
         steps = _postgres_steps(settings, conn, tables)
         steps += _contract_steps(settings, conn, tables)
         current = client.config(settings.capture.capture_connector)
-        connector_steps, newly, config = _connector_steps(settings, current, tables)
+        generated = {t: columns for t in tables if (columns := catalog.read_generated(conn, t))}
+        connector_steps, newly, config = _connector_steps(settings, current, tables, generated)
         prefix = config.get("topic.prefix", settings.capture.capture_topic_prefix)
         # The topic first: created by Connect instead, it would get the broker's defaults, not the file's.
         steps += _topic_steps(settings, tables, prefix)
@@ -288,7 +289,7 @@ def _write(file: files.File) -> Callable[[], None]:
 
 
 def _connector_steps(
-    settings: Settings, current: dict[str, str] | None, tables: list[str]
+    settings: Settings, current: dict[str, str] | None, tables: list[str], generated: dict[str, list[str]]
 ) -> tuple[list[Step], list[str], dict[str, str]]:
     """The connector's change, the tables it starts capturing (to snapshot), and its config after."""
     name = settings.capture.capture_connector
@@ -298,14 +299,14 @@ def _connector_steps(
         source = connector.definition_file(folder, name) if folder else None
         if source is not None:
             base = next(d for d in definitions.load(source) if d.name == name).config
-            config = connector.with_tables(base, tables, signal)
+            config = connector.with_tables(base, tables, signal, generated)
         else:
-            config = connector.new_config(settings.capture, settings.schema, settings.names, tables)
+            config = connector.new_config(settings.capture, settings.schema, settings.names, tables, generated)
         newly = tables
         action, detail = "create", f"capturing {', '.join(tables)}"
     else:
         current = {k: v for k, v in current.items() if k != "name"}  # Connect's copy names it; a definition does not
-        config = connector.with_tables(current, tables, signal)
+        config = connector.with_tables(current, tables, signal, generated)
         newly = [t for t in tables if connector.captured_by(current, t) is None]
         action = "update" if config != current else "unchanged"
         detail = f"adds {', '.join(newly)} to {connector.INCLUDE}" if newly else "captures every table already"

@@ -20,6 +20,7 @@ from connectors.definitions import Definition
 from schemas.config import OutboxNames, SchemaSettings
 
 INCLUDE = "table.include.list"
+EXCLUDE_COLUMNS = "column.exclude.list"
 
 
 def patterns(config: dict[str, str]) -> list[str]:
@@ -53,18 +54,30 @@ def notifications_topic(config: dict[str, str]) -> str:
     return f"{config.get('topic.prefix', 'cdcpipe')}.debezium_notifications"
 
 
-def with_tables(config: dict[str, str], tables: list[str], signal: str) -> dict[str, str]:
+def with_tables(
+    config: dict[str, str], tables: list[str], signal: str, generated: dict[str, list[str]] | None = None
+) -> dict[str, str]:
     """The config capturing `tables` too (appended to its include list), with its signals and notifications set.
 
     The signal table takes `tables snapshot`'s requests; the notifications topic (under the connector's own
-    topic prefix, whose ACLs it has) carries each snapshot's progress, which `tables list` shows.
+    topic prefix, whose ACLs it has) carries each snapshot's progress, which `tables list` shows. Each table's
+    stored generated columns (`generated`) go into the column exclude list: a snapshot reads them, the stream
+    never has them (pgoutput leaves them out), so captured they would be a column that comes and goes.
     """
     listed = patterns(config)
     listed += [entry(t) for t in tables if captured_by(config, t) is None]
     if captured_by({INCLUDE: ",".join(listed)}, signal) is None:
         listed.append(entry(signal))
+    excluded = [p.strip() for p in config.get(EXCLUDE_COLUMNS, "").split(",") if p.strip()]
+    excluded += [
+        entry(f"{table}.{column}")
+        for table, columns in (generated or {}).items()
+        for column in columns
+        if entry(f"{table}.{column}") not in excluded
+    ]
     return {
         **config,
+        **({EXCLUDE_COLUMNS: ",".join(excluded)} if excluded else {}),
         INCLUDE: ",".join(listed),
         "signal.data.collection": signal,
         "notification.enabled.channels": "sink",
@@ -83,11 +96,21 @@ def without_tables(config: dict[str, str], tables: list[str]) -> dict[str, str]:
                 f"{table} is also captured by the include-list pattern {broader!r} of the connector's "
                 f"{INCLUDE}: edit that pattern in its definition and `cdcpipe connectors apply` it"
             )
-    return {**config, INCLUDE: ",".join(kept)}
+    columns = [
+        p.strip()
+        for p in config.get(EXCLUDE_COLUMNS, "").split(",")
+        if p.strip() and not any(p.strip().lower().startswith(entry(t).lower() + "\\.") for t in tables)
+    ]
+    config = {k: v for k, v in config.items() if k != EXCLUDE_COLUMNS}
+    return {**config, **({EXCLUDE_COLUMNS: ",".join(columns)} if columns else {}), INCLUDE: ",".join(kept)}
 
 
 def new_config(
-    capture: CaptureSettings, schema: SchemaSettings, names: OutboxNames, tables: list[str]
+    capture: CaptureSettings,
+    schema: SchemaSettings,
+    names: OutboxNames,
+    tables: list[str],
+    generated: dict[str, list[str]] | None = None,
 ) -> dict[str, str]:
     """A table connector in the shape every table job reads (JSON with schemas, decimals as text, types kept).
 
@@ -129,8 +152,10 @@ def new_config(
         "column.propagate.source.type": ".*",
         "interval.handling.mode": "numeric",
         "binary.handling.mode": "bytes",
+        # Geometric types and any other Debezium has no converter for: sent as their text (in bytes), not left out.
+        "include.unknown.datatypes": "true",
     }
-    return with_tables(config, tables, signal)
+    return with_tables(config, tables, signal, generated)
 
 
 def definition_file(folder: Path, name: str) -> Path | None:

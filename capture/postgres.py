@@ -51,12 +51,21 @@ def check_capturable(conn: psycopg.Connection[Any], table: str) -> None:
     """The table exists and has a primary key: its topic's keys, the mirror's MERGE and history need one."""
     schema, name = split(table)
     found = conn.execute(
-        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "SELECT c.oid, (SELECT format('%%I.%%I', pn.nspname, p.relname) FROM pg_inherits i "
+        "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace pn ON pn.oid = p.relnamespace "
+        "WHERE i.inhrelid = c.oid AND c.relispartition) "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
         (schema, name),
     ).fetchone()
     if found is None:
         raise CaptureError(f"there is no table {table} (names are exact, as in the catalog: mind their case)")
+    if found[1] is not None:
+        raise CaptureError(
+            f"{table} is a partition of {found[1]}: capture the partitioned table instead (`cdcpipe tables add "
+            f"{found[1]}`): the changes of every partition, one attached later included, reach its one topic and "
+            "mirror"
+        )
     key = conn.execute("SELECT 1 FROM pg_constraint WHERE conrelid = %s AND contype = 'p'", (found[0],)).fetchone()
     if key is None:
         raise CaptureError(

@@ -17,9 +17,10 @@ from typing import Any
 
 import psycopg
 
+from schemas import table_contracts
 from schemas.config import SchemaSettings
 from schemas.errors import ContractError, SchemaError
-from schemas.pg_types import PgType, json_schema
+from schemas.pg_types import PgType, canonical_name, json_schema
 from schemas.table_contracts import (
     DIRS_VARIABLE,
     TableContract,
@@ -31,13 +32,15 @@ from schemas.table_contracts import (
 
 _COLUMNS = """
 SELECT a.attnum, a.attname, COALESCE(bt.typname, t.typname), CASE WHEN t.typtype = 'd' THEN t.typtypmod
-       ELSE a.atttypmod END, a.attnotnull, COALESCE(bt.oid, t.oid), c.relreplident
+       ELSE a.atttypmod END, a.attnotnull, COALESCE(bt.oid, t.oid), c.relreplident,
+       CASE WHEN t.typtype = 'd' THEN t.typname END
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
 WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
+  AND a.attgenerated = ''
 ORDER BY a.attnum
 """
 # The enum labels of a type, or of an array's element type.
@@ -55,6 +58,12 @@ JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
 WHERE n.nspname = %s AND c.relname = %s AND (i.indisprimary OR i.indisreplident)
 ORDER BY i.indisprimary DESC, k.position
 """
+# Stored generated columns: pgoutput leaves them out of every change (before PostgreSQL 18), so a contract does too.
+_GENERATED = """
+SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''
+ORDER BY a.attnum
+"""
 REPLICA_IDENTITY = {"d": "default", "f": "full", "i": "index", "n": "nothing"}
 
 
@@ -67,6 +76,7 @@ class CatalogColumn:
     type: PgType
     nullable: bool
     enum: list[str] | None
+    domain: str | None = None  # the domain's name, when the column's type is one (`type` is its base type)
 
 
 def _modifier(name: str, typmod: int) -> tuple[int | None, int | None]:
@@ -78,6 +88,8 @@ def _modifier(name: str, typmod: int) -> tuple[int | None, int | None]:
         return ((typmod - 4) >> 16) & 0xFFFF, (typmod - 4) & 0xFFFF
     if base in ("varchar", "bpchar") and typmod >= 4:
         return typmod - 4, None
+    if base in ("bit", "varbit"):
+        return typmod, None
     if base in ("timestamp", "timestamptz", "time", "timetz"):
         return typmod, None
     return None, None
@@ -100,12 +112,18 @@ def read_columns(conn: psycopg.Connection[Any], table: str) -> tuple[list[Catalo
             "it): check the name, and that it is a table"
         )
     columns = []
-    for attnum, attname, typname, typmod, notnull, type_oid, _ in rows:
+    for attnum, attname, typname, typmod, notnull, type_oid, _, domain in rows:
         precision, scale = _modifier(typname, typmod)
         labels = [r[0] for r in conn.execute(_ENUM, (type_oid,)).fetchall()]
-        pg = PgType(typname, precision, scale).normalized()
-        columns.append(CatalogColumn(attnum, attname, pg, not notnull, labels or None))
+        pg = PgType.of(typname, precision, scale)
+        columns.append(CatalogColumn(attnum, attname, pg, not notnull, labels or None, domain))
     return columns, REPLICA_IDENTITY.get(rows[0][6], "default")
+
+
+def read_generated(conn: psycopg.Connection[Any], table: str) -> list[str]:
+    """The table's stored generated columns: not in its contract, and not captured (the stream never has them)."""
+    schema, name = _split(table)
+    return [r[0] for r in conn.execute(_GENERATED, (schema, name)).fetchall()]
 
 
 def read_key(conn: psycopg.Connection[Any], table: str) -> list[str]:
@@ -135,7 +153,11 @@ def contract_document(conn: psycopg.Connection[Any], table: str) -> dict[str, An
         "type": "object",
         "required": [c.name for c in columns if not c.nullable or c.name in key],
         "properties": {
-            c.name: {**json_schema(c.type, c.nullable and c.name not in key, c.enum), "x-attnum": c.attnum}
+            c.name: {
+                **json_schema(c.type, c.nullable and c.name not in key, c.enum),
+                **({"x-pg-domain": canonical_name(c.domain)} if c.domain else {}),
+                "x-attnum": c.attnum,
+            }
             for c in columns
         },
     }
@@ -156,7 +178,7 @@ def import_tables(conn: psycopg.Connection[Any], tables: Iterable[str], folder: 
             else:
                 earlier = previous.schema.get("x-previous")
                 document = {**document, "x-version": previous.version, **({"x-previous": earlier} if earlier else {})}
-        path.write_text(json.dumps(document, indent=2) + "\n")
+        table_contracts.write(table, path, document)
         written.append(path)
     return written
 

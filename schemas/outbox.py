@@ -250,10 +250,20 @@ def add_to_tables_publication(
         f"{names.outbox_schema}.{settings.heartbeat_table}",
         f"{names.outbox_schema}.{settings.signal_table}",
     ]
+    publication = sql.Identifier(settings.tables_publication)
+    # A partitioned table's changes are published under its own name, not each partition's (a partition
+    # attached later included): the name Debezium captures, one topic for the whole table.
+    row = conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (settings.tables_publication,))
+    via_root: tuple[bool] | None = row.fetchone()  # type: ignore[assignment]
+    if via_root is not None and not via_root[0]:
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET (publish_via_partition_root = true)").format(publication))
     held = publication_tables(conn, settings.tables_publication)
     missing = [t for t in dict.fromkeys(wanted) if held is None or t not in held]
     if missing:
-        verb = "CREATE PUBLICATION {} FOR TABLE {}" if held is None else "ALTER PUBLICATION {} ADD TABLE {}"
         listed = sql.SQL(", ").join(sql.Identifier(*t.split(".", 1)) for t in missing)
-        conn.execute(sql.SQL(verb).format(sql.Identifier(settings.tables_publication), listed))
+        if held is None:
+            verb = "CREATE PUBLICATION {} FOR TABLE {} WITH (publish_via_partition_root = true)"
+        else:
+            verb = "ALTER PUBLICATION {} ADD TABLE {}"
+        conn.execute(sql.SQL(verb).format(publication, listed))
     return [t for t in missing if t in tables]

@@ -20,7 +20,7 @@ from typing import Any
 
 from schemas.contracts import read_json_schema
 from schemas.errors import ContractError
-from schemas.pg_types import PgType, from_json_schema
+from schemas.pg_types import PgType, canonical_name, from_json_schema
 
 DIRS_VARIABLE = "CDCPIPE_TABLE_CONTRACT_DIRS"
 
@@ -58,6 +58,17 @@ class TableContract:
     def types(self) -> dict[str, PgType]:
         """Each column's Postgres type (from `x-pg-type`, or read from a hand-written JSON type)."""
         return {name: from_json_schema(rules) for name, rules in self.schema.get("properties", {}).items()}
+
+    def sent_type(self, column: str, sent: PgType) -> PgType:
+        """`sent`, the type a change names for a column, as the contract names it.
+
+        A change names a domain (`x-pg-domain`) by its own name; the contract, as the catalog, by its base
+        type, whose values Debezium sends. One type, two names: never a change.
+        """
+        domain = self.schema["properties"][column].get("x-pg-domain")
+        if domain is not None and sent.name == canonical_name(str(domain)):
+            return self.types[column]
+        return sent
 
     def nullable(self, column: str) -> bool:
         kind = self.schema["properties"][column].get("type")
@@ -106,9 +117,20 @@ def save(contract: TableContract, document: Mapping[str, Any]) -> None:
             return  # another job on this table got there first
     except (OSError, ValueError):
         pass
-    tmp = contract.path.with_name(f"{contract.path.name}.{os.getpid()}.tmp")
+    write(contract.table, contract.path, document)
+
+
+def write(table: str, path: Path, document: Mapping[str, Any]) -> TableContract:
+    """Check `document` as a contract of `table`, then write it to `path` whole.
+
+    ContractError, and nothing written, when it is not one: a contract file on disk is always one every
+    command can read.
+    """
+    checked = from_document(table, document, path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(document, indent=2) + "\n")
-    tmp.replace(contract.path)  # a reader sees the old contract or the new, never half of one
+    tmp.replace(path)  # a reader sees the old contract or the new, never half of one
+    return checked
 
 
 def _load(table: str, path: Path) -> TableContract:

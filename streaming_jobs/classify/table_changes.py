@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
@@ -25,7 +26,7 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.contracts import CORRUPT
 from streaming_jobs.schema_change.apply import PAYLOAD, SHAPE, Plan
-from streaming_jobs.schema_change.shapes import Shape
+from streaming_jobs.schema_change.shapes import Field, Shape
 from streaming_jobs.schema_change.types import convert, lost, parse_type, spark_type
 
 SOURCE = StructType(
@@ -42,11 +43,35 @@ SOURCE = StructType(
 # Debezium's unavailable.value.placeholder (its default), as a string column and as base64 bytes.
 PLACEHOLDER = "__debezium_unavailable_value"
 PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+# An hstore's (hstore.handling.mode=json): the placeholder mapped to itself.
+PLACEHOLDER_MAP = json.dumps({PLACEHOLDER: PLACEHOLDER}, separators=(",", ":"))
 UNAVAILABLE = "_unavailable"
 
 
 def _row_type(shape: Shape) -> StructType:
     return StructType([StructField(f.name, parse_type(f), True) for f in shape.fields])
+
+
+def placeholder(raw: Column, field: Field) -> Column | None:
+    """Whether the field's value is Debezium's placeholder for an unchanged TOASTed value, in its type's form.
+
+    None: a type without a placeholder (a number, a boolean).
+
+    A string or jsonb: the placeholder; bytea: its bytes (base64); hstore: a map of it to itself (its JSON text);
+    an array of strings or bytes: a one-element array of it; an array of integers: its bytes as numbers.
+    """
+    parsed = parse_type(field)
+    if isinstance(parsed, StringType):
+        if field.connect == "bytes":
+            return raw == F.lit(PLACEHOLDER_BASE64)
+        return raw.isin(PLACEHOLDER, PLACEHOLDER_MAP)
+    if isinstance(parsed, ArrayType) and field.items is not None:
+        if isinstance(parsed.elementType, StringType):
+            marker = PLACEHOLDER_BASE64 if field.items.connect == "bytes" else PLACEHOLDER
+            return (F.size(raw) == 1) & (raw[0] == F.lit(marker))
+        if isinstance(parsed.elementType, LongType):
+            return raw == F.array(*[F.lit(b).cast(LongType()) for b in PLACEHOLDER.encode()])
+    return None
 
 
 def change_type(shape: Shape) -> StructType:
@@ -126,10 +151,10 @@ def _classify(records: DataFrame, contract: TableContract, plan: Plan) -> DataFr
             continue
         field = plan.shape.field(source)
         raw = row[source]
-        if isinstance(parse_type(field), StringType):
-            marker = PLACEHOLDER_BASE64 if field.connect == "bytes" else PLACEHOLDER
-            unavailable.append(F.when(raw == F.lit(marker), F.lit(name)))
-            raw = F.when(raw != F.lit(marker), raw)
+        toasted = placeholder(raw, field)
+        if toasted is not None:
+            unavailable.append(F.when(toasted, F.lit(name)))
+            raw = F.when(F.coalesce(toasted, F.lit(False)), F.lit(None)).otherwise(raw)
         value = convert(raw, field, target)
         misfits.append(F.when(lost(raw, value, target), F.lit(f"{name} ({types[name]})")))
         values.append(value.alias(name))

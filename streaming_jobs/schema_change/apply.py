@@ -299,7 +299,7 @@ def reconcile(
                 decision.document["x-version"],
             )
             _apply_operations(spark, table, decision.operations)
-            contract = _save(table, contract, decision)
+            contract = _save(job, table, contract, decision)
             keys.add(tuple(sorted(contract.primary_key)))
             renamed.append(
                 (shape_hash, {c.column: c.new_name or c.column for c in decision.changes if c.kind == "renamed"})
@@ -397,9 +397,24 @@ def keep_copy(table: LakePath, contract: TableContract) -> None:
         copy.write_text(json.dumps(contract.schema, indent=1))
 
 
-def _save(table: LakePath, contract: TableContract, decision: Decision) -> TableContract:
-    """The contract's next version: the table's copy, then the contract file (unless it is read-only)."""
+def _save(job: JobSpec, table: LakePath, contract: TableContract, decision: Decision) -> TableContract:
+    """The contract's next version, checked first: the table's copy, then the contract file (unless read-only).
+
+    A document that is not a contract is never written: the job stops, both files as they were.
+    """
     document = decision.document or contract.schema
+    try:
+        evolved = table_contracts.from_document(contract.table, document, contract.path)
+    except ContractError as exc:
+        said = "; ".join(map(str, decision.changes))
+        raise SchemaChangeError(
+            f"job {job.name}: table {contract.table}: the source's columns changed ({said}), and the contract "
+            f"that follows is not one ({exc}). Stopped before writing it: {contract.path} stays at "
+            f"v{contract.version} and nothing of this batch was written. This is a cdcpipe defect in naming a "
+            "type: report it with this message; to go on, write the contract from the catalog "
+            f"(`cdcpipe schema tables import {contract.table}`) and rebuild with `cdcpipe jobs replay {job.name} "
+            "--swap`."
+        ) from exc
     (table / CONTRACT_COPY).write_text(json.dumps(document, indent=1))
     try:
         table_contracts.save(contract, document)
@@ -411,4 +426,4 @@ def _save(table: LakePath, contract: TableContract, decision: Decision) -> Table
             exc,
             contract.table,
         )
-    return table_contracts.from_document(contract.table, document, contract.path)
+    return evolved

@@ -81,7 +81,7 @@ def compare(contract: TableContract, shape: Shape, renames: Mapping[str, str]) -
             continue
         if now != name:
             changes.append(Change("renamed", name, new_name=now))
-        old, new = types[name], shape.field(now).pg
+        old, new = types[name], contract.sent_type(name, shape.field(now).pg)
         if old != new:
             compatible = widens(spark_type(old), spark_type(new)) and old.is_array == new.is_array
             if old.is_array and spark_type(old) != spark_type(new):

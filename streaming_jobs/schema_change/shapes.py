@@ -13,13 +13,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.pg_types import PgType
+from schemas.pg_types import TIMES, PgType, canonical_name
 from schemas.table_contracts import TableContract
 
 SOURCE_TYPE = "__debezium.source.column.type"
 SOURCE_LENGTH = "__debezium.source.column.length"
 SOURCE_SCALE = "__debezium.source.column.scale"
-UNBOUNDED_LENGTH = 2147483647
 # Debezium's Connect types as Postgres's, for a field without the source type in its parameters.
 CONNECT_TO_PG = {
     "int8": "int2",
@@ -84,17 +83,11 @@ def _pg_type(schema: dict[str, Any]) -> PgType:
         if schema.get("type") == "array":
             return PgType("_" + _pg_type(schema.get("items") or {}).name)
         return PgType(LOGICAL_TO_PG.get(str(logical), CONNECT_TO_PG.get(str(schema.get("type")), "text")))
-    name = str(source).lower()
     length = int(params.get(SOURCE_LENGTH, 0) or 0)
     scale = int(params[SOURCE_SCALE]) if SOURCE_SCALE in params else None
-    base = name.removeprefix("_")
-    if base == "numeric":
-        return PgType(name, length, scale or 0) if length > 0 else PgType(name)
-    if base in ("varchar", "bpchar"):
-        return PgType(name, length) if 0 < length < UNBOUNDED_LENGTH else PgType(name)
-    if base in ("timestamp", "timestamptz", "time", "timetz"):
-        return PgType(name, scale).normalized()
-    return PgType(name)
+    base = canonical_name(str(source)).removeprefix("_")
+    # A time's precision travels as the "scale"; a numeric's and a varchar's as the length.
+    return PgType.of(str(source), scale if base in TIMES else length, scale)
 
 
 def _field(schema: dict[str, Any], name: str) -> Field:

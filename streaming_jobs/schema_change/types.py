@@ -5,7 +5,7 @@
 | int2, int4, int8 | short, int, long | JSON numbers |
 | float4, float8 | float, double | JSON numbers |
 | numeric(p,s), p <= 38 | decimal(p,s) | exact text (`decimal.handling.mode=string`) |
-| numeric without precision, or p > 38 | string | exact text: Spark's decimal holds 38 digits |
+| numeric without precision, or p > 38 | string | exact text: Spark's decimal holds 38 digits; NaN, Infinity, -Infinity |
 | bool | boolean | |
 | text, varchar(n), bpchar(n), uuid, enums, json, jsonb, xml, others | string | jsonb as its JSON text |
 | bytea | binary | base64 |
@@ -13,6 +13,9 @@
 | timestamp (without zone) | timestamp_ntz | epoch milliseconds or microseconds (by precision) |
 | timestamptz | timestamp (an instant, UTC) | ISO 8601 text |
 | time, interval | long (microseconds) | microseconds |
+| bit(n), varbit | string of 0 and 1 | bit(1) a boolean, others Debezium's Bits (little-endian bytes) |
+| point | string `(x,y)` | Debezium's Point struct |
+| line, lseg, box, path, polygon, circle, other types Debezium does not know | string | their text, sent as bytes (`include.unknown.datatypes`) |
 | an array of any of these | array of its element's type | JSON array |
 """
 
@@ -33,6 +36,8 @@ from pyspark.sql.types import (
     LongType,
     ShortType,
     StringType,
+    StructField,
+    StructType,
     TimestampNTZType,
     TimestampType,
 )
@@ -70,8 +75,16 @@ def spark_type(pg: PgType) -> DataType:
     return _SIMPLE.get(pg.name, StringType())
 
 
+BITS = "io.debezium.data.Bits"
+POINT = "io.debezium.data.geometry.Point"
+# How Debezium writes a numeric's special values with decimal.handling.mode=string, and how Postgres does.
+NUMERIC_SPECIALS = {"NAN": "NaN", "POSITIVE_INFINITY": "Infinity", "NEGATIVE_INFINITY": "-Infinity"}
+
+
 def parse_type(field: Field) -> DataType:
     """The type `from_json` reads the field's JSON value as, before it becomes its Delta type."""
+    if field.logical == POINT:
+        return StructType([StructField("x", DoubleType()), StructField("y", DoubleType())])
     if field.connect == "array":
         return ArrayType(parse_type(field.items) if field.items else StringType(), True)
     if field.logical == "io.debezium.time.Date":
@@ -91,6 +104,13 @@ def convert(value: Column, field: Field, target: DataType) -> Column:
         items, element = field.items, target.elementType
         return F.transform(value, lambda item: convert(item, items, element))
     logical = field.logical or ""
+    if field.pg.element.name in ("bit", "varbit") and isinstance(target, StringType):
+        return _bits(value, field)
+    if logical == POINT:
+        return F.concat(F.lit("("), _float_text(value["x"]), F.lit(","), _float_text(value["y"]), F.lit(")"))
+    if field.pg.element.name == "numeric" and isinstance(target, StringType):
+        specials = F.create_map(*[F.lit(x) for pair in NUMERIC_SPECIALS.items() for x in pair])
+        return F.coalesce(specials[value], value)
     if logical == "io.debezium.time.Date":
         value = F.date_from_unix_date(value)
     elif logical == "io.debezium.time.Timestamp":
@@ -108,6 +128,28 @@ def convert(value: Column, field: Field, target: DataType) -> Column:
     # Epoch-based timestamps become instants; a timestamp without zone is that instant read in UTC (the
     # session's zone, see spark_session), which gives back the wall-clock value Postgres stored.
     return value.try_cast(target)
+
+
+def _bits(value: Column, field: Field) -> Column:
+    """A bit string as Postgres prints it (`0101`), from Debezium's boolean (bit(1)) or Bits bytes.
+
+    Bits are the string read as a binary number, in little-endian bytes: the digits are the number's, left-padded
+    to bit(n)'s n. A varbit's length is not sent, so its leading zeros are not known: `0011` arrives as `11`.
+    """
+    if field.connect == "boolean":
+        return F.when(value, F.lit("1")).when(~value, F.lit("0"))
+    pairs = F.regexp_extract_all(F.hex(F.unbase64(value)), F.lit("(..)"), 1)
+    binary = F.array_join(F.transform(F.reverse(pairs), lambda h: F.lpad(F.conv(h, 16, 2), 8, "0")), "")
+    digits = F.regexp_replace(binary, "^0+", "")
+    length = field.pg.precision
+    if field.pg.name == "bit" and length:
+        return F.when(value.isNotNull(), F.lpad(digits, length, "0"))
+    return F.when(value.isNotNull(), F.when(digits == "", F.lit("0")).otherwise(digits))
+
+
+def _float_text(value: Column) -> Column:
+    """A float8 as Postgres prints it in a geometric value: `2`, not `2.0`."""
+    return F.regexp_replace(value.cast("string"), r"\.0$", "")
 
 
 def lost(raw: Column, value: Column, target: DataType) -> Column:
