@@ -51,7 +51,7 @@ def check_capturable(conn: psycopg.Connection[Any], table: str) -> None:
     """The table exists and has a primary key: its topic's keys, the mirror's MERGE and history need one."""
     schema, name = split(table)
     found = conn.execute(
-        "SELECT c.oid, (SELECT format('%%I.%%I', pn.nspname, p.relname) FROM pg_inherits i "
+        "SELECT c.oid, (SELECT pn.nspname || '.' || p.relname FROM pg_inherits i "
         "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace pn ON pn.oid = p.relnamespace "
         "WHERE i.inhrelid = c.oid AND c.relispartition) "
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "

@@ -8,7 +8,7 @@ catalog and a change's own schema compare directly.
 
 The JSON Schema of each type is what Debezium's JSON converter sends for it with the table connector's
 settings (examples/connectors/tables.json): `decimal.handling.mode=string`, `binary.handling.mode=bytes`
-(base64), `time.precision.mode=adaptive_time_microseconds`, `interval.handling.mode=numeric`.
+(base64), `time.precision.mode=adaptive_time_microseconds`, `interval.handling.mode=string` (ISO 8601).
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def _value_schema(pg: PgType, enum: list[str] | None) -> dict[str, Any]:
     if pg.is_array:
         return {"type": "array", "items": _value_schema(pg.element, enum)}
     name = pg.name
-    if name in INTEGERS or name in ("date", "time", "interval") or (name == "timestamp"):
-        # date: days since 1970-01-01; time: microseconds since midnight; interval: microseconds;
+    if name in INTEGERS or name in ("date", "time") or (name == "timestamp"):
+        # date: days since 1970-01-01; time: microseconds since midnight;
         # timestamp (no zone): milliseconds since the epoch up to 3 fractional digits, else microseconds.
         return {"type": "integer"}
     if name in FLOATS:

@@ -42,6 +42,7 @@ LOGICAL_TO_PG = {
     "io.debezium.time.MicroTime": "time",
     "io.debezium.time.Time": "time",
     "io.debezium.time.MicroDuration": "interval",
+    "io.debezium.time.Interval": "interval",
     "io.debezium.data.Json": "jsonb",
     "io.debezium.data.Uuid": "uuid",
 }

@@ -12,7 +12,8 @@
 | date | date | days since 1970-01-01 |
 | timestamp (without zone) | timestamp_ntz | epoch milliseconds or microseconds (by precision) |
 | timestamptz | timestamp (an instant, UTC) | ISO 8601 text |
-| time, interval | long (microseconds) | microseconds |
+| time | long (microseconds) | microseconds |
+| interval | string | ISO 8601 (`P1Y2M3DT4H5M6.78S`, `interval.handling.mode=string`): months and days kept apart |
 | bit(n), varbit | string of 0 and 1 | bit(1) a boolean, others Debezium's Bits (little-endian bytes) |
 | point | string `(x,y)` | Debezium's Point struct |
 | line, lseg, box, path, polygon, circle, other types Debezium does not know | string | their text, sent as bytes (`include.unknown.datatypes`) |
@@ -58,7 +59,6 @@ _SIMPLE: dict[str, DataType] = {
     "timestamp": TimestampNTZType(),
     "timestamptz": TimestampType(),
     "time": LongType(),
-    "interval": LongType(),
 }
 _INTEGERS: list[DataType] = [ShortType(), IntegerType(), LongType()]
 _INTEGER_DIGITS: dict[DataType, int] = {ShortType(): 5, IntegerType(): 10, LongType(): 20}

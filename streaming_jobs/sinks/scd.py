@@ -18,7 +18,7 @@ import functools
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F  # noqa: N812
-from pyspark.sql.types import BinaryType, StringType
+from pyspark.sql.types import ArrayType, BinaryType, StringType
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
@@ -52,13 +52,13 @@ def _with_commit_lsn(ctx: BatchContext, table: DeltaTable) -> DeltaTable:
 
 
 def toastable(contract: TableContract, ctx: BatchContext | None = None) -> list[str]:
-    """Columns whose unchanged value Debezium may leave out (variable-length text and bytes), unless FULL.
+    """Columns whose unchanged value Debezium may leave out (variable-length text, bytes, arrays), unless FULL.
 
     Empty when the batch is known to hold no value left out (`ctx.has_unsent`): then there is nothing to carry.
     """
     if contract.replica_identity == "full" or (ctx is not None and ctx.has_unsent is False):
         return []
-    return [c for c, t in contract.types.items() if isinstance(spark_type(t), StringType | BinaryType)]
+    return [c for c, t in contract.types.items() if isinstance(spark_type(t), StringType | BinaryType | ArrayType)]
 
 
 def _carry_unavailable(changes: DataFrame, keys: list[str], columns: list[str]) -> DataFrame:

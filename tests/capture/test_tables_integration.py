@@ -17,45 +17,13 @@ from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
 from connectors.client import ConnectClient
+from tests.support.capture import tables, user_env
 from tests.support.jobs import drain, read_delta, table_rows
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def user_env(stack: Stack, outbox: Outbox, home: Path) -> dict[str, str]:
-    """A user's settings: this test's outbox schema, connector, slot, publication, topic prefix and folders."""
-    tag = outbox.tag
-    folders = {name: home / name for name in ("contracts", "topics", "jobs", "connectors")}
-    for folder in folders.values():
-        folder.mkdir(parents=True)
-    # A contract of the same name in a later folder (as the demo's samples would be) never shadows the user's.
-    decoy = home / "samples"
-    decoy.mkdir()
-    (decoy / f"public.orders_{tag}.json").write_text(json.dumps({"x-primary-key": ["id"], "properties": {"id": {}}}))
-    return {
-        **stack.process_env(),
-        "CDCPIPE_PG_DSN": outbox.dsn,
-        "CDCPIPE_OUTBOX_SCHEMA": outbox.names.outbox_schema,
-        "CDCPIPE_TABLES_PUBLICATION": f"pub_tables_{tag}",
-        "CDCPIPE_CAPTURE_CONNECTOR": f"tables-{tag}",
-        "CDCPIPE_CAPTURE_TOPIC_PREFIX": f"cap_{tag}",
-        "CDCPIPE_CAPTURE_SLOT": f"slot_cap_{tag}",
-        "CDCPIPE_TABLE_CONTRACT_DIRS": f"{folders['contracts']}:{decoy}",
-        "CDCPIPE_TOPICS_DIR": str(folders["topics"]),
-        "CDCPIPE_JOBS_DIRS": str(folders["jobs"]),
-        "CDCPIPE_CONNECTORS_DIR": str(folders["connectors"]),
-        "CDCPIPE_LAKE": f"{stack.env['CDCPIPE_LAKE']}/capture_{tag}",  # the shared object-store lake
-        "CDCPIPE_RUN_DIR": str(home / "run"),
-    }
-
-
-def tables(*args: str, env: dict[str, str]) -> str:
-    result = cdcpipe("tables", *args, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
 
 
 def create_table(conn: psycopg.Connection[object], ident: sql.Identifier, rows: int) -> None:
