@@ -115,3 +115,14 @@ def test_snapshot_notifications_say_where_each_tables_snapshot_is() -> None:
     }
     other = json.dumps({"payload": {"aggregate_type": "Other", "type": "COMPLETED"}}).encode()
     assert progress.fold([b"not json", None, other]) == {}
+
+
+def test_generated_columns_go_into_the_column_exclude_list_and_out_with_their_table() -> None:
+    config = {connector.INCLUDE: "public\\.accounts"}
+    added = connector.with_tables(config, ["sales.zoo"], "cdcpipe.signal", {"sales.zoo": ["gen", "total ex"]})
+    assert added[connector.EXCLUDE_COLUMNS] == "sales\\.zoo\\.gen,sales\\.zoo\\.total\\ ex"
+    again = connector.with_tables(added, ["sales.zoo"], "cdcpipe.signal", {"sales.zoo": ["gen"]})
+    assert again == added  # run twice, changed once
+    removed = connector.without_tables(again, ["sales.zoo"])
+    assert connector.EXCLUDE_COLUMNS not in removed
+    assert "sales\\.zoo" not in removed[connector.INCLUDE]
