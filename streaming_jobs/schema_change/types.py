@@ -75,7 +75,6 @@ def spark_type(pg: PgType) -> DataType:
     return _SIMPLE.get(pg.name, StringType())
 
 
-BITS = "io.debezium.data.Bits"
 POINT = "io.debezium.data.geometry.Point"
 # How Debezium writes a numeric's special values with decimal.handling.mode=string, and how Postgres does.
 NUMERIC_SPECIALS = {"NAN": "NaN", "POSITIVE_INFINITY": "Infinity", "NEGATIVE_INFINITY": "-Infinity"}
