@@ -24,6 +24,9 @@ consumer's default wait on the broker (`fetch.max.wait.ms` 500, which the jobs s
 producer compressing batches of up to 1 MB with lz4 (Connect's `producer.compression.type=lz4`), read with the
 shipped fetches. `poll_20000`: the shipped fetches with the cap a poll had before (20,000 records), which
 ran a driver out of memory on the lz4 copy. Each figure is the median of its runs.
+`--baseline DIR`: a checkout of another revision (`git worktree add DIR REV`) whose reading driver reads the same
+topics right after this one's, each setting's figures under `baseline`, with `classify_ratio` (this one's
+`classify_s` over the baseline's): what a change to the classification costs, same run, same changes.
 Writes bench/results/table_read.json; prints the JSON.
 """
 
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from common import RESULTS, captured, commit_changes, create_bench_topics, env_kafka, stack_env
@@ -189,14 +193,27 @@ def driver(topic: str, table: str, fetch: dict[str, str], runs: int) -> None:
 
 
 def measure(
-    env: dict[str, str], source: tuple[str, str], fetch: dict[str, str], java: str, runs: int
+    env: dict[str, str],
+    source: tuple[str, str],
+    fetch: dict[str, str],
+    java: str,
+    runs: int,
+    checkout: Path | None = None,
 ) -> dict[str, Any]:
-    """One driver's figures, reading `source` (topic, table) with these fetches and JVM options."""
+    """One driver's figures, reading `source` (topic, table) with these fetches and JVM options.
+
+    `checkout`: the driver of that checkout's code (its modules first on the path), not this one's.
+    """
     topic, table = source
     command = ["--driver", topic, "--table", table, "--fetch", json.dumps(fetch), "--runs", str(runs)]
+    script, path = (
+        (Path(__file__), env.get("PYTHONPATH"))
+        if checkout is None
+        else (checkout / "bench" / Path(__file__).name, str(checkout))
+    )
     ran = subprocess.run(
-        [sys.executable, __file__, *command],
-        env={**env, "CDCPIPE_SPARK_JAVA_OPTIONS": java},
+        [sys.executable, str(script), *command],
+        env={**env, "CDCPIPE_SPARK_JAVA_OPTIONS": java, **({"PYTHONPATH": path} if path else {})},
         capture_output=True,
         text=True,
         check=False,
@@ -228,6 +245,7 @@ def main() -> None:
     parser.add_argument(
         "--java-options", help="JVM options of every setting's driver instead of its own (a smoke run's cheaper JIT)"
     )
+    parser.add_argument("--baseline", type=Path, help="a checkout of another revision to read the same topics with")
     parser.add_argument("--driver", help=argparse.SUPPRESS)  # the topic, in the reading driver
     parser.add_argument("--table", help=argparse.SUPPRESS)  # the captured table, whose contract it classifies with
     parser.add_argument("--fetch", help=argparse.SUPPRESS)
@@ -261,6 +279,11 @@ def main() -> None:
             print(f"table_read_bench: {name} ...", file=sys.stderr, flush=True)
             topic = topics[name]
             result[name] = measure(source.env, (topic, source.name), fetch, java, args.runs)
+            if args.baseline is not None:
+                print(f"table_read_bench: {name} in {args.baseline} ...", file=sys.stderr, flush=True)
+                before = measure(source.env, (topic, source.name), fetch, java, args.runs, args.baseline)
+                result.setdefault("baseline", {"checkout": str(args.baseline)})[name] = before
+                result[name]["classify_ratio"] = round(result[name]["classify_s"] / before["classify_s"], 2)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "table_read.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

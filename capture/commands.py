@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from capture import connector, files, postgres
-from capture.config import CaptureSettings
+from capture.config import CaptureSettings, own_name
 from capture.errors import CaptureError
 from cdcpipe.common.errors import CdcpipeError
 from connectors import commands as connector_commands
@@ -67,9 +67,13 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
+        capture, schema = CaptureSettings.load(), SchemaSettings.load()
+        if "tables_publication" not in schema.model_fields_set:
+            # A connector's own publication, as its own slot (CaptureSettings.slot): cdcpipe_tables by default.
+            schema = schema.model_copy(update={"tables_publication": own_name(capture.capture_connector)})
         return cls(
-            CaptureSettings.load(),
-            SchemaSettings.load(),
+            capture,
+            schema,
             OutboxNames.load(),
             ConnectSettings.load(),
             topics.TopicSettings.load(),
@@ -132,22 +136,76 @@ def plan_add(
         steps = _postgres_steps(settings, conn, tables)
         steps += _contract_steps(settings, conn, tables)
         current = client.config(settings.capture.capture_connector)
+        if current is not None:
+            _check_connector_runs(client, settings)
         generated = {t: columns for t in tables if (columns := catalog.read_generated(conn, t))}
-        connector_steps, newly, config = _connector_steps(settings, current, tables, generated)
+        resumed: set[str] = set()  # filled by the connector's step, read by the snapshot's
+        connector_steps, newly, config = _connector_steps(settings, current, tables, generated, resumed)
         prefix = config.get("topic.prefix", settings.capture.capture_topic_prefix)
+        _check_names(tables, connector.captured_tables(current or {}, settings.names), prefix)
         # The topic first: created by Connect instead, it would get the broker's defaults, not the file's.
         steps += _topic_steps(settings, tables, prefix)
+        initial = current is None and config.get("snapshot.mode", "initial") in INITIAL_MODES
+        owed = [t for t in postgres.pending(conn, settings.names, settings.schema) if t in tables and t not in newly]
+        if newly and snapshot and not initial:
+            # Recorded before the connector captures them: a failure after that leaves the snapshot to a rerun.
+            steps.append(
+                Step("snapshot", ", ".join(newly), "record", "owed until it is asked for", _record(settings, newly))
+            )
         steps += connector_steps
     kinds = [what for what, wanted in (("mirror", mirror), ("history", history)) if wanted]
     steps += _job_steps(settings, tables, kinds, prefix)
-    initial = current is None and config.get("snapshot.mode", "initial") in INITIAL_MODES
+    if owed:
+        steps.append(_snapshot_step(settings, owed, None, note="owed by an earlier run that did not finish"))
     if newly and initial:
-        steps.append(Step("snapshot", ", ".join(newly), "initial", "the new connector's first snapshot takes them"))
+        steps.append(
+            Step(
+                "snapshot",
+                ", ".join(newly),
+                "take",
+                "the new connector's first snapshot (incremental if it resumes an earlier one's offsets)",
+                _snapshot_if_resumed(settings, newly, resumed),
+            )
+        )
     elif newly and snapshot:
         steps.append(_snapshot_step(settings, newly, None))
     if submit:
         steps += _submit_steps(settings, [files.job_name(t, k) for t in tables for k in kinds])
     return steps
+
+
+def _check_connector_runs(client: ConnectClient, settings: Settings) -> None:
+    """The connector runs (or starts within a minute): a table added to a stopped or failed one would wait unsaid."""
+    name = settings.capture.capture_connector
+    report = connector_commands.status(client, settings.connect, name)
+    if report.state in ("STOPPED", "PAUSED"):
+        raise CaptureError(
+            f"connector {name} is {report.state}: tables added to it are not captured until it runs again; "
+            f"`cdcpipe connectors resume {name}`, then run this again. Nothing was changed"
+        )
+    try:
+        connector_commands.wait_running(client, settings.connect, [name], timeout_s=60.0, steady_s=0.0)
+    except CdcpipeError as exc:
+        raise CaptureError(f"{exc}. Nothing was changed; run this again once it runs") from exc
+
+
+def _check_names(tables: list[str], captured: list[str], prefix: str) -> None:
+    """No two tables share a topic or a job name once their names are sanitised; checked before any change."""
+    namings: list[tuple[str, Callable[[str], str]]] = [
+        ("topic", lambda t: files.topic_of(prefix, t)),
+        ("job name", lambda t: files.job_name(t, "mirror")),
+    ]
+    for what, name_of in namings:
+        seen: dict[str, str] = {}
+        for table in dict.fromkeys([*captured, *tables]):
+            name = name_of(table)
+            other = seen.setdefault(name, table)
+            if other != table:
+                raise CaptureError(
+                    f"{other} and {table} would share the {what} {name} (topic names keep only A-Z a-z 0-9 . _ -, "
+                    "as Debezium writes them; job names only a-z 0-9 _): capture one of them with a connector of "
+                    "its own (CDCPIPE_CAPTURE_CONNECTOR and CDCPIPE_CAPTURE_TOPIC_PREFIX), or rename it"
+                )
 
 
 def _postgres_steps(settings: Settings, conn: psycopg.Connection[Any], tables: list[str]) -> list[Step]:
@@ -289,7 +347,11 @@ def _write(file: files.File) -> Callable[[], None]:
 
 
 def _connector_steps(
-    settings: Settings, current: dict[str, str] | None, tables: list[str], generated: dict[str, list[str]]
+    settings: Settings,
+    current: dict[str, str] | None,
+    tables: list[str],
+    generated: dict[str, list[str]],
+    resumed: set[str],
 ) -> tuple[list[Step], list[str], dict[str, str]]:
     """The connector's change, the tables it starts capturing (to snapshot), and its config after."""
     name = settings.capture.capture_connector
@@ -320,7 +382,7 @@ def _connector_steps(
                 name,
                 action,
                 detail,
-                _apply_connector(settings, config),
+                _apply_connector(settings, config, resumed),
             )
         )
     else:
@@ -351,16 +413,31 @@ def _connector_steps(
     return steps, newly, config
 
 
-def _apply_connector(settings: Settings, config: dict[str, str]) -> Callable[[], None]:
+def _apply_connector(settings: Settings, config: dict[str, str], resumed: set[str]) -> Callable[[], None]:
     name = settings.capture.capture_connector
 
     def apply() -> None:
         with ConnectClient(settings.connect) as client:
             definition = connector.as_definition(name, config, settings.connect.connectors_dir or Path("."))
-            connector_commands.apply_definitions(client, [definition], settings=settings.connect)
+            connector_commands.apply_definitions(client, [definition], settings=settings.connect, resumed=resumed)
             _wait_tasks_run(client, settings, name, config)
 
     return apply
+
+
+def _snapshot_if_resumed(settings: Settings, tables: list[str], resumed: set[str]) -> Callable[[], None]:
+    """The tables' incremental snapshot, if the connector was made resuming an earlier one's offsets.
+
+    A connector made again under a name whose offsets Connect kept (deleted without --drop-slot) streams on
+    from them and snapshots nothing, whatever its snapshot.mode.
+    """
+
+    def request() -> None:
+        if settings.capture.capture_connector in resumed:
+            with postgres.connect(settings.schema) as conn:
+                postgres.request_snapshot(conn, settings.names, settings.schema, tables, None)
+
+    return request
 
 
 def _wait_tasks_run(client: ConnectClient, settings: Settings, name: str, config: dict[str, str]) -> None:
@@ -415,12 +492,25 @@ def _check_same_job(spec: JobSpec, table: str, what: str) -> None:
         )
 
 
-def _snapshot_step(settings: Settings, tables: list[str], where: str | None) -> Step:
+def _record(settings: Settings, tables: list[str]) -> Callable[[], None]:
+    def record() -> None:
+        with postgres.connect(settings.schema) as conn:
+            postgres.record_pending(conn, settings.names, settings.schema, tables)
+
+    return record
+
+
+def _snapshot_step(
+    settings: Settings, tables: list[str], where: str | None, *, stop: bool = False, note: str = ""
+) -> Step:
     def request() -> None:
         with postgres.connect(settings.schema) as conn:
-            postgres.request_snapshot(conn, settings.names, settings.schema, tables, where)
+            postgres.request_snapshot(conn, settings.names, settings.schema, tables, where, stop=stop)
 
+    if stop:
+        return Step("snapshot", ", ".join(tables), "stop", "the rows sent so far stay sent", request)
     detail = "incremental, in chunks, beside the stream" + (f"; rows where {where}" if where else "")
+    detail += f"; {note}" if note else ""
     return Step("snapshot", ", ".join(tables), "request", detail, request)
 
 
@@ -444,8 +534,8 @@ def _submit(settings: Settings, name: str) -> Callable[[], None]:
 # --- snapshot ----------------------------------------------------------------------------------------------
 
 
-def plan_snapshot(settings: Settings, tables: list[str], where: str | None) -> list[Step]:
-    """An incremental snapshot of tables the connector captures."""
+def plan_snapshot(settings: Settings, tables: list[str], where: str | None, *, stop: bool = False) -> list[Step]:
+    """An incremental snapshot of tables the connector captures (`stop`: the end of the one running)."""
     name = settings.capture.capture_connector
     with ConnectClient(settings.connect) as client:
         config = client.config(name)
@@ -459,6 +549,12 @@ def plan_snapshot(settings: Settings, tables: list[str], where: str | None) -> l
             f"{name} reads no signals from {settings.signal_table} (signal.data.collection): "
             f"`cdcpipe tables add {' '.join(tables)}` sets it"
         )
+    if stop:
+        return [_snapshot_step(settings, tables, None, stop=True)]
+    if where is not None:
+        with postgres.connect(settings.schema) as conn:
+            for table in tables:
+                postgres.check_condition(conn, settings.schema, table, where)
     return [_snapshot_step(settings, tables, where)]
 
 
@@ -611,8 +707,13 @@ def listing(settings: Settings) -> list[TableLine]:
         try:
             contract = table_contracts.load_table_contract(table)
             said = f"v{contract.version} {contract.path}"
-        except CdcpipeError:
-            said = "none: `cdcpipe tables add` imports it"
+        except CdcpipeError as exc:
+            files_of = [table_contracts.contract_path(f, table) for f in table_contracts.contract_folders()]
+            said = (
+                f"BROKEN: {str(exc).strip()}"
+                if any(p.is_file() for p in files_of)
+                else "none: `cdcpipe tables add` imports it"
+            )
         captured = connector.captured_by(config, table) is not None
         readers = [
             JobLine(spec.name, spec.kind, *_job_state(settings, spec.name))
@@ -626,11 +727,18 @@ def listing(settings: Settings) -> list[TableLine]:
                 connector=f"{name} {state}" if captured else f"not captured by {name}",
                 topic=files.topic_of(prefix, table),
                 jobs=readers,
-                snapshot=progress[table].line() if table in progress else "no snapshot reported",
+                snapshot=_snapshot_said(progress, table),
                 published=table in held,
             )
         )
     return lines
+
+
+def _snapshot_said(found: dict[str, Any], table: str) -> str:
+    from capture import progress
+
+    said = progress.of(found, table)
+    return said.line() if said is not None else "no snapshot reported"
 
 
 def progress_of(kafka: dict[str, Any], topic: str) -> dict[str, Any]:

@@ -2,7 +2,8 @@ r"""The table connector's config as `cdcpipe tables` changes it: its include lis
 
 Debezium matches each `table.include.list` entry, a regular expression, against the whole `schema.table`,
 ignoring case. A table is added as its own escaped entry and removed only as that entry: a table matched
-by a broader pattern the user wrote (`public\..*`) is theirs to edit.
+by a broader pattern the user wrote (`public\..*`) is theirs to edit. Entries are split at commas not escaped
+(`\\,`, Debezium's RegExSplitter) and trimmed, so a name's comma is escaped and its space written `\\x20`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,58 @@ INCLUDE = "table.include.list"
 EXCLUDE_COLUMNS = "column.exclude.list"
 
 
-def patterns(config: dict[str, str]) -> list[str]:
-    """The include list's entries, in order."""
-    return [p.strip() for p in config.get(INCLUDE, "").split(",") if p.strip()]
+def patterns(config: dict[str, str], key: str = INCLUDE) -> list[str]:
+    """A list's entries (the include list's unless `key` says), in order, as Debezium splits them."""
+    parts, start, text = [], 0, config.get(key, "")
+    escaped = False
+    for i, c in enumerate(text):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == ",":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip().replace("\\,", ",") for p in parts if p.strip()]
+
+
+def listed(entries: list[str]) -> str:
+    """`entries` as one list value, each entry's commas escaped."""
+    return ",".join(e.replace(",", "\\,") for e in entries)
 
 
 def entry(table: str) -> str:
-    """The include-list entry that names exactly `schema.table`."""
-    return re.escape(table)
+    """The include-list entry that names exactly `schema.table` (any name: spaces, commas, dots, non-ASCII)."""
+    return re.escape(table).replace("\\ ", "\\x20")
+
+
+def literal(pattern: str) -> str | None:
+    """The one name an entry matches when it is a name escaped (`entry`), else None."""
+    name = re.sub(r"\\x20|\\(.)", lambda m: m.group(1) or " ", pattern, flags=re.DOTALL)
+    return name if entry(name) == pattern else None
+
+
+def data_collection(table: str) -> tuple[str, str]:
+    """How a snapshot signal names `schema.table`, and the pattern its additional condition matches that by.
+
+    Debezium compiles each name as a regular expression and takes the captured tables it matches (by their
+    `schema.table`, unquoted), else the name itself, which it parses as an identifier. An escaped name
+    matches its table. A table name with a dot of its own must be quoted (`"s"."a.b"`), or the parse would
+    see three parts; the quoted name then matches nothing and is parsed, quotes and all.
+    """
+    schema, _, name = table.partition(".")
+    if "." not in name:
+        return entry(table), entry(table)
+    quoted = f'"{schema}"."{name}"'
+    try:
+        re.compile(quoted)
+    except re.error as exc:
+        raise CaptureError(
+            f"{table}: Debezium cannot take a snapshot signal for this name (a dot and {exc.msg} in a regular "
+            "expression); rename the table, or snapshot it with a signal of your own"
+        ) from exc
+    return quoted, entry(quoted)
 
 
 def captured_by(config: dict[str, str], table: str) -> str | None:
@@ -41,12 +86,8 @@ def captured_by(config: dict[str, str], table: str) -> str | None:
 def captured_tables(config: dict[str, str], names: OutboxNames) -> list[str]:
     """The tables its include list names exactly (its own heartbeat and signal tables left out)."""
     ours = f"{names.outbox_schema}."
-    found = []
-    for pattern in patterns(config):
-        table = pattern.replace("\\", "")
-        if re.escape(table) == pattern and not table.startswith(ours):
-            found.append(table)
-    return found
+    found = [literal(p) for p in patterns(config)]
+    return [t for t in found if t is not None and not t.startswith(ours)]
 
 
 def notifications_topic(config: dict[str, str]) -> str:
@@ -64,11 +105,11 @@ def with_tables(
     stored generated columns (`generated`) go into the column exclude list: a snapshot reads them, the stream
     never has them (pgoutput leaves them out), so captured they would be a column that comes and goes.
     """
-    listed = patterns(config)
-    listed += [entry(t) for t in tables if captured_by(config, t) is None]
-    if captured_by({INCLUDE: ",".join(listed)}, signal) is None:
-        listed.append(entry(signal))
-    excluded = [p.strip() for p in config.get(EXCLUDE_COLUMNS, "").split(",") if p.strip()]
+    included = patterns(config)
+    included += [entry(t) for t in tables if captured_by(config, t) is None]
+    if captured_by({INCLUDE: listed(included)}, signal) is None:
+        included.append(entry(signal))
+    excluded = patterns(config, EXCLUDE_COLUMNS)
     excluded += [
         entry(f"{table}.{column}")
         for table, columns in (generated or {}).items()
@@ -77,8 +118,8 @@ def with_tables(
     ]
     return {
         **config,
-        **({EXCLUDE_COLUMNS: ",".join(excluded)} if excluded else {}),
-        INCLUDE: ",".join(listed),
+        **({EXCLUDE_COLUMNS: listed(excluded)} if excluded else {}),
+        INCLUDE: listed(included),
         "signal.data.collection": signal,
         "notification.enabled.channels": "sink",
         "notification.sink.topic.name": notifications_topic(config),
@@ -90,19 +131,19 @@ def without_tables(config: dict[str, str], tables: list[str]) -> dict[str, str]:
     drop = {entry(t).lower() for t in tables}
     kept = [p for p in patterns(config) if p.lower() not in drop]
     for table in tables:
-        broader = captured_by({INCLUDE: ",".join(kept)}, table)
+        broader = captured_by({INCLUDE: listed(kept)}, table)
         if broader is not None:
             raise CaptureError(
                 f"{table} is also captured by the include-list pattern {broader!r} of the connector's "
                 f"{INCLUDE}: edit that pattern in its definition and `cdcpipe connectors apply` it"
             )
     columns = [
-        p.strip()
-        for p in config.get(EXCLUDE_COLUMNS, "").split(",")
-        if p.strip() and not any(p.strip().lower().startswith(entry(t).lower() + "\\.") for t in tables)
+        p
+        for p in patterns(config, EXCLUDE_COLUMNS)
+        if not any(p.lower().startswith(entry(t).lower() + "\\.") for t in tables)
     ]
     config = {k: v for k, v in config.items() if k != EXCLUDE_COLUMNS}
-    return {**config, **({EXCLUDE_COLUMNS: ",".join(columns)} if columns else {}), INCLUDE: ",".join(kept)}
+    return {**config, **({EXCLUDE_COLUMNS: listed(columns)} if columns else {}), INCLUDE: listed(kept)}
 
 
 def new_config(
@@ -130,7 +171,7 @@ def new_config(
         "database.user": schema.debezium_role,
         "database.password": "${env:CDCPIPE_DEBEZIUM_PASSWORD}",
         "topic.prefix": capture.capture_topic_prefix,
-        "slot.name": capture.capture_slot,
+        "slot.name": capture.slot,
         "publication.name": schema.tables_publication,
         "publication.autocreate.mode": "disabled",
         INCLUDE: entry(heartbeat),

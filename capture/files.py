@@ -6,6 +6,7 @@ they read any other. A topic or job already declared anywhere in those folders i
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,9 @@ from capture.config import CaptureSettings
 from schemas.topics import Declared, PrefixGrant, TopicSpec
 
 JOB_KINDS = {"mirror": "table_mirror", "history": "table_history"}
+# Kafka's topic names: Debezium puts `_` for any other character (each UTF-16 unit) and cuts at 249.
+TOPIC_CHARACTERS = re.compile(r"[A-Za-z0-9._-]")
+MAX_TOPIC = 249
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,25 @@ class File:
 
 
 def topic_of(prefix: str, table: str) -> str:
-    """Debezium's topic for a table: `<topic.prefix>.<schema>.<table>`."""
-    return f"{prefix}.{table}"
+    """Debezium's topic for a table: `<topic.prefix>.<schema>.<table>`, sanitised as Debezium does.
+
+    (`AbstractTopicNamingStrategy.sanitizedTopicName`: `Bücher` is `B_cher`, an emoji two underscores.)
+    """
+    name = f"{prefix}.{table}"
+    units = name.encode("utf-16-le")
+    chars = [units[i : i + 2].decode("utf-16-le", errors="replace") for i in range(0, len(units), 2)]
+    sanitised = "".join(c if TOPIC_CHARACTERS.fullmatch(c) else "_" for c in chars)[:MAX_TOPIC]
+    return {".": "_", "..": "__"}.get(sanitised, sanitised)
+
+
+def toml_string(value: str) -> str:
+    """`value` as a TOML basic string (JSON's escapes are TOML's): any name, quotes and all."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def one_line(value: str) -> str:
+    """`value` fit for a comment: a name with a line break in it is shown escaped."""
+    return value if value.isprintable() else json.dumps(value, ensure_ascii=False)
 
 
 def topic_spec(capture: CaptureSettings, topic: str) -> TopicSpec:
@@ -43,12 +64,12 @@ def topic_spec(capture: CaptureSettings, topic: str) -> TopicSpec:
 
 def topic_file(folder: Path, connector: str, table: str, spec: TopicSpec) -> File:
     """One captured table's topic, with the ACLs of the connector (writes) and the jobs (read)."""
-    config = "\n".join(f'"{k}" = "{v}"' for k, v in spec.config.items())
-    text = f"""# Row changes of {table}, written by the Debezium connector {connector} (`cdcpipe tables add`).
+    config = "\n".join(f"{toml_string(k)} = {toml_string(v)}" for k, v in spec.config.items())
+    text = f"""# Row changes of {one_line(table)}, written by the Debezium connector {connector} (`cdcpipe tables add`).
 # Keys are the rows' primary keys: one row, one partition, in commit order.
 
 [[topic]]
-name = "{spec.name}"
+name = {toml_string(spec.name)}
 partitions = {spec.partitions}
 replication_factor = {spec.replication_factor}
 producers = {_list(spec.producers)}
@@ -118,20 +139,20 @@ def job_file(folder: Path, table: str, what: str, topic: str) -> File:
     """A mirror or history job of `table`, reading its topic."""
     name = job_name(table, what)
     described = {
-        "mirror": f"A copy of {table}, kept current from its change events (SCD type 1).",
-        "history": f"Every version of every row of {table}, with valid_from / valid_to / is_current (SCD type 2).",
+        "mirror": f"A copy of {one_line(table)}, kept current from its change events (SCD type 1).",
+        "history": f"Every version of every row of {one_line(table)}, with valid_from / valid_to / is_current (SCD type 2).",
     }[what]
     text = f"""# {described}
 # Written by `cdcpipe tables add`; yours to change.
 name = "{name}"
 kind = "{JOB_KINDS[what]}"
-topics = ["{topic}"]
+topics = [{toml_string(topic)}]
 table = "{name}"
 trigger = "1s"
-source_table = "{table}"
+source_table = {toml_string(table)}
 """
     return File(folder / f"{name}.toml", text)
 
 
 def _list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+    return "[" + ", ".join(toml_string(v) for v in values) + "]"

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from capture import connector
 from capture.errors import CaptureError
 from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings
@@ -72,6 +73,18 @@ def check_capturable(conn: psycopg.Connection[Any], table: str) -> None:
             f"{table} has no primary key: its change events would have no key to order and merge rows by; "
             f'add one (ALTER TABLE "{schema}"."{name}" ADD PRIMARY KEY (...)) and run this again'
         )
+    # Spark and Delta resolve column names ignoring case: `id` and `ID` would be one column of the mirror.
+    clashes = conn.execute(
+        "SELECT string_agg(quote_ident(attname), ' and ' ORDER BY attname) FROM pg_attribute "
+        "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped GROUP BY lower(attname) HAVING count(*) > 1",
+        (found[0],),
+    ).fetchall()
+    if clashes:
+        raise CaptureError(
+            f"{table} has columns whose names differ only in case ({'; '.join(c[0] for c in clashes)}): Spark and "
+            "Delta resolve names ignoring case, so its mirror could not hold both; rename one of each pair "
+            "(ALTER TABLE ... RENAME COLUMN) and run this again"
+        )
 
 
 def missing_grants(conn: psycopg.Connection[Any], settings: SchemaSettings, table: str) -> list[str]:
@@ -127,21 +140,121 @@ def signal_table_exists(conn: psycopg.Connection[Any], names: OutboxNames, setti
     return row is not None and row[0] is not None
 
 
+def check_condition(conn: psycopg.Connection[Any], settings: SchemaSettings, table: str, where: str) -> None:
+    """`where` is one condition on `table` that Debezium's role may evaluate: planned (never run), as that role.
+
+    EXPLAIN without ANALYZE runs nothing, in a read-only transaction rolled back; one statement only (psycopg
+    sends it as one prepared statement), and the condition in parentheses cannot end the query early.
+    """
+    schema, name = split(table)
+    query = sql.SQL("EXPLAIN SELECT * FROM {} WHERE ({})").format(sql.Identifier(schema, name), sql.SQL(where))
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET TRANSACTION READ ONLY")
+            try:
+                with conn.transaction():  # a role that may not act as Debezium's checks the condition as itself
+                    conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(settings.debezium_role)))
+            except psycopg.errors.InsufficientPrivilege:
+                pass
+            conn.execute(query)
+    except psycopg.Error as exc:
+        raise CaptureError(
+            f"--where {where!r} is not a condition Debezium can snapshot {table} by: "
+            f"{str(exc).strip().splitlines()[0]}; write it as SQL on the table's columns (e.g. \"created_at > "
+            "'2024-01-01'\"), which the Debezium role may read"
+        ) from exc
+
+
 def request_snapshot(
-    conn: psycopg.Connection[Any], names: OutboxNames, settings: SchemaSettings, tables: list[str], where: str | None
-) -> str:
-    """Insert Debezium's execute-snapshot signal for `tables` (incremental, in chunks); returns the signal's id.
+    conn: psycopg.Connection[Any],
+    names: OutboxNames,
+    settings: SchemaSettings,
+    tables: list[str],
+    where: str | None,
+    *,
+    stop: bool = False,
+) -> list[str]:
+    """Insert Debezium's execute-snapshot signals for `tables` (incremental, in chunks); returns their ids.
 
     `where` becomes each table's `additional-conditions` filter: only the rows it selects are snapshotted.
+    `stop`: the stop-snapshot signal instead, which ends the tables' running snapshot (rows sent stay sent).
+    As many signals as the signal table's `data` (2,048 characters) needs, in one transaction.
     """
-    data: dict[str, Any] = {"data-collections": tables, "type": "incremental"}
+    signals = []
+    for group in _fitting(tables, where):
+        data = _signal_data(group, where)
+        signals.append((f"cdcpipe-{uuid.uuid4().hex}", json.dumps(data)))  # ids: 42 characters at most
+    table = sql.Identifier(names.outbox_schema, settings.signal_table)
+    with conn.transaction():
+        for signal_id, data_text in signals:
+            conn.execute(
+                sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, %s, %s)").format(table),
+                (signal_id, "stop-snapshot" if stop else "execute-snapshot", data_text),
+            )
+        if not stop:  # asked now: no longer pending
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE type = %s AND data = ANY(%s)").format(table),
+                (PENDING, [json.dumps(t) for t in tables]),
+            )
+    return [signal_id for signal_id, _ in signals]
+
+
+SIGNAL_DATA = 2048  # characters of the signal table's `data` (schemas.outbox)
+
+
+def _signal_data(tables: list[str], where: str | None) -> dict[str, Any]:
+    named = [connector.data_collection(t) for t in tables]
+    data: dict[str, Any] = {"data-collections": [n for n, _ in named], "type": "incremental"}
     if where:
-        data["additional-conditions"] = [{"data-collection": t, "filter": where} for t in tables]
-    signal_id = f"cdcpipe-{uuid.uuid4().hex}"  # the table's id column holds 42 characters
-    conn.execute(
-        sql.SQL("INSERT INTO {} (id, type, data) VALUES (%s, 'execute-snapshot', %s)").format(
+        # Parenthesised: Debezium joins it to its chunk's own condition with AND, which binds before an OR of it.
+        data["additional-conditions"] = [{"data-collection": pattern, "filter": f"({where})"} for _, pattern in named]
+    return data
+
+
+def _fitting(tables: list[str], where: str | None) -> list[list[str]]:
+    """`tables` in groups whose signal fits the signal table's `data`, in order; CaptureError if one cannot."""
+    groups: list[list[str]] = []
+    for table in tables:
+        if groups and len(json.dumps(_signal_data([*groups[-1], table], where))) <= SIGNAL_DATA:
+            groups[-1].append(table)
+            continue
+        if len(json.dumps(_signal_data([table], where))) > SIGNAL_DATA:
+            raise CaptureError(
+                f"the snapshot signal of {table} would not fit the signal table's {SIGNAL_DATA} characters: "
+                "shorten the --where condition"
+            )
+        groups.append([table])
+    return groups
+
+
+# A snapshot `tables add` owes a table, recorded in the signal table before the connector captures it and
+# deleted with the signal that asks for it: a run that failed in between leaves it for the next run to ask.
+# Debezium reads the row and ignores its type (a warning in the worker's log).
+PENDING = "cdcpipe-pending-snapshot"
+
+
+def record_pending(
+    conn: psycopg.Connection[Any], names: OutboxNames, settings: SchemaSettings, tables: list[str]
+) -> None:
+    """Record that `tables` are owed a snapshot (once each)."""
+    table = sql.Identifier(names.outbox_schema, settings.signal_table)
+    with conn.transaction():
+        for name in tables:
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (id, type, data) SELECT %s, %s, %s WHERE NOT EXISTS "
+                    "(SELECT 1 FROM {} WHERE type = %s AND data = %s)"
+                ).format(table, table),
+                (f"cdcpipe-{uuid.uuid4().hex}", PENDING, json.dumps(name), PENDING, json.dumps(name)),
+            )
+
+
+def pending(conn: psycopg.Connection[Any], names: OutboxNames, settings: SchemaSettings) -> list[str]:
+    """The tables owed a snapshot by an earlier `tables add` that did not finish."""
+    rows = conn.execute(
+        sql.SQL("SELECT data FROM {} WHERE type = %s ORDER BY id").format(
             sql.Identifier(names.outbox_schema, settings.signal_table)
         ),
-        (signal_id, json.dumps(data)),
-    )
-    return signal_id
+        (PENDING,),
+    ).fetchall()
+    return [str(json.loads(r[0])) for r in rows]

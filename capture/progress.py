@@ -121,10 +121,12 @@ def _payload(value: bytes | None) -> dict[str, Any] | None:
 
 
 def _tables(named: object) -> list[str]:
-    return [_plain(t.strip()) for t in str(named).split(",") if t.strip()]
+    return [t.strip() for t in str(named).split(",") if t.strip()]
 
 
-def _plain(table: str) -> str:
-    """Debezium names a Postgres table `schema.table`, or `db.schema.table` in some notifications."""
-    parts = table.split(".")
-    return ".".join(parts[-2:])
+def of(found: dict[str, Progress], table: str) -> Progress | None:
+    """`table`'s progress: Debezium names it `schema.table`, or `db.schema.table` in some notifications.
+
+    Matched whole, never cut at a dot: a table's own name may have one (`sales.Order Lines.v2`).
+    """
+    return found.get(table) or next((p for name, p in found.items() if name.endswith(f".{table}")), None)

@@ -35,20 +35,37 @@ def apply_definitions(
     *,
     dry_run: bool = False,
     settings: ConnectSettings | None = None,
+    resumed: set[str] | None = None,
 ) -> list[Change]:
-    """`apply` of definitions already loaded (or made by `cdcpipe tables add`)."""
+    """`apply` of definitions already loaded (or made by `cdcpipe tables add`).
+
+    `resumed` gets the name of each connector created here that resumes from offsets an earlier connector of its
+    name left (its slot kept): such a one takes no initial snapshot, whatever its snapshot.mode.
+    """
     for definition in loaded:
         definitions.check_against_plugin(definition, client.validate({**definition.config, "name": definition.name}))
         problem = slots.heartbeat_query_problem(settings, definition.config) if settings is not None else None
         if problem:
             raise DefinitionError(f"{definition.source} ({definition.name})", {slots.HEARTBEAT_QUERY: [problem]})
     changes = [definitions.plan(d, client.config(d.name)) for d in loaded]
+    users = slot_users(client) if any(_slot_of(c.definition.config) for c in changes) else {}
+    for change in changes:
+        slot = _slot_of(change.definition.config)
+        other = users.get(slot or "")
+        if slot and other is not None and other != change.definition.name:
+            # Two connectors on one slot: one of them fails ("slot is active"), and each one's confirmed LSN
+            # would move the other's: changes lost.
+            raise DefinitionError(
+                f"{change.definition.source} ({change.definition.name})",
+                {"slot.name": [f"{slot} is the replication slot of connector {other}: give this one its own"]},
+            )
     if not dry_run:
         for change in changes:
             name, config = change.definition.name, change.definition.config
             if change.action == "create" and settings is not None and _slot_of(config):
                 client.create_stopped(name, config)
-                _check_offsets_fit_slot(client, settings, name, _slot_of(config) or "")
+                if _check_offsets_fit_slot(client, settings, name, _slot_of(config) or "") and resumed is not None:
+                    resumed.add(name)
                 client.resume(name)
             elif change.action != "unchanged":
                 client.put_config(name, config)
@@ -62,11 +79,11 @@ def _slot_of(config: dict[str, str]) -> str | None:
     return config.get("slot.name", "debezium")
 
 
-def _check_offsets_fit_slot(client: ConnectClient, settings: ConnectSettings, name: str, slot: str) -> None:
+def _check_offsets_fit_slot(client: ConnectClient, settings: ConnectSettings, name: str, slot: str) -> bool:
     """Connect keeps a deleted connector's offsets under its name: a new one would resume from them.
 
     Resuming from an LSN of a slot that is gone fails the task at once, so such offsets are refused here
-    (the connector stays STOPPED) with the way on.
+    (the connector stays STOPPED) with the way on. True when it resumes from offsets (of a slot that exists).
     """
     held = [o.get("offset") or {} for o in client.offsets(name).get("offsets", [])]
     lsns = [o["lsn"] for o in held if "lsn" in o]
@@ -77,6 +94,7 @@ def _check_offsets_fit_slot(client: ConnectClient, settings: ConnectSettings, na
             f"Start it afresh (a new snapshot, per its snapshot.mode): `cdcpipe connectors offsets reset {name}`, "
             f"then `cdcpipe connectors resume {name}`"
         )
+    return bool(lsns)
 
 
 @dataclass(frozen=True)
@@ -267,6 +285,8 @@ class Deletion:
     slot_name: str | None
     slot: SlotStatus | None
     publication: str | None
+    slot_shared_with: tuple[str, ...] = ()  # other connectors streaming from the same slot
+    publication_shared_with: tuple[str, ...] = ()  # other connectors reading the same publication
 
 
 def deletion(client: ConnectClient, settings: ConnectSettings, name: str) -> Deletion:
@@ -275,11 +295,19 @@ def deletion(client: ConnectClient, settings: ConnectSettings, name: str) -> Del
     if config is None:
         raise ConnectError(f"no connector named {name!r} (`cdcpipe connectors list` shows what exists)")
     slot_name = config.get("slot.name")
+    others = {n: client.config(n) or {} for n in client.connectors() if n != name}
+    postgres = {n: c for n, c in others.items() if "postgres" in c.get("connector.class", "").lower()}
+    publication = config.get("publication.name")
     return Deletion(
         name=name,
         slot_name=slot_name,
         slot=slots.slot_status(settings, slot_name) if slot_name else None,
-        publication=config.get("publication.name"),
+        publication=publication,
+        # Debezium's defaults: slot `debezium`, publication `dbz_publication`.
+        slot_shared_with=tuple(n for n, c in postgres.items() if c.get("slot.name", "debezium") == slot_name),
+        publication_shared_with=tuple(
+            n for n, c in postgres.items() if c.get("publication.name", "dbz_publication") == publication
+        ),
     )
 
 
@@ -292,6 +320,15 @@ def delete(
     connector made again under it (a repair, `tables remove` then `add`) would resume from an LSN of the
     dropped slot and fail at once. KIP-875 resets them while the connector is STOPPED, before it is deleted.
     """
+    for asked, what, users in (
+        (drop_slot, f"replication slot {plan.slot_name}", plan.slot_shared_with),
+        (drop_publication, f"publication {plan.publication}", plan.publication_shared_with),
+    ):
+        if asked and users:
+            raise ConnectError(
+                f"the {what} of {plan.name} is also the one of {', '.join(users)}: dropping it would break "
+                f"{'them' if len(users) > 1 else 'it'}. Nothing was changed; delete {plan.name} without that flag"
+            )
     done = []
     if drop_slot:
         client.stop(plan.name)

@@ -70,6 +70,7 @@ class Driver:
 
     name: str
     pid: int | None
+    last_error: str | None = None  # what a dead driver died of (its log's last `error:` line)
 
 
 def connectors(settings: ConnectSettings, timeout_s: float) -> list[Connector]:
@@ -133,6 +134,10 @@ def drivers(settings: JobsSettings) -> list[Driver]:
     """The jobs submitted on this machine (a pid file in CDCPIPE_RUN_DIR) and whether each driver still runs."""
     if not settings.run_dir.is_dir():
         return []
-    return [
-        Driver(path.stem, control.tracked(settings, path.stem).pid()) for path in sorted(settings.run_dir.glob("*.pid"))
-    ]
+    found = []
+    for path in sorted(settings.run_dir.glob("*.pid")):
+        process = control.tracked(settings, path.stem)
+        pid = process.pid()
+        error = None if pid is not None else control.last_error(process.log_tail(control.ERROR_SEARCH_LINES))
+        found.append(Driver(path.stem, pid, error))
+    return found

@@ -130,8 +130,10 @@ def _relay(status: RelayStatus, relays: list[str], names: OutboxNames) -> Iterat
     outbox = f"{names.outbox_schema}.{names.outbox_table}"
     waiting = f"{status.waiting} events waiting, the oldest {status.oldest_age_s:.0f}s old"
     standbys = max(0, len(relays) - (1 if status.leader else 0))
-    if status.stalls or status.stalled_topic:
-        topics = ", ".join(s.topic for s in status.stalls) or str(status.stalled_topic)
+    # A stall whose events are gone (published since, or deleted) is over, even if no relay ran to say so.
+    stalls = [s for s in status.stalls if s.waiting]
+    if stalls or (status.stalled_topic and status.waiting):
+        topics = ", ".join(s.topic for s in stalls) or str(status.stalled_topic)
         yield Line(FAIL, f"relay {outbox}", f"STALLED on topic {topics}: {waiting}", "cdcpipe relay status")
     elif status.leader:
         yield Line(
@@ -198,7 +200,9 @@ def _jobs(settings: JobsSettings) -> Iterator[Line]:
             yield Line(
                 FAIL,
                 f"job {driver.name}",
-                "submitted, but its driver is gone",
+                f"stopped by an error: {driver.last_error}"
+                if driver.last_error
+                else "submitted, but its driver is gone (killed, or the machine restarted)",
                 f"{more}; cdcpipe jobs submit {driver.name}",
             )
             continue
@@ -221,10 +225,15 @@ def _status_of(settings: JobsSettings, name: str) -> Callable[[], control.JobSta
 def _job_line(report: control.JobStatus, pid: int, more: str) -> Line:
     says = (
         f"running (pid {pid}), lag {report.total_lag}, last batch {report.last_batch_id}, "
-        f"applied {report.applied}, dead letters {report.dead_letters}"
+        f"applied {report.applied or 0}, dead letters {report.dead_letters or 0}"
     )
+    if report.last_batch_id is None:
+        says = f"running (pid {pid}), lag {report.total_lag}, no batch yet"
     if report.missing_topics:
         return Line(FAIL, f"job {report.name}", f"{says}; topics missing: {', '.join(report.missing_topics)}", more)
     if report.dead_letters:
         return Line(WARN, f"job {report.name}", says, f"{more}; its table's _dead_letters hold the reasons")
+    if report.last_batch_id is None and report.total_lag:
+        # A driver that holds no executors (a cluster's cores all taken) never runs a batch: not OK.
+        return Line(WARN, f"job {report.name}", f"{says}: it has not run a batch yet", more)
     return Line(OK, f"job {report.name}", says, more)

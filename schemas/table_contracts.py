@@ -37,8 +37,8 @@ def user_folder() -> Path | None:
 
 
 def contract_path(folder: Path, table: str) -> Path:
-    """A table's contract file in a folder: `<schema>.<table>.json`."""
-    return folder / f"{table}.json"
+    """A table's contract file in a folder: `<schema>.<table>.json` (a `/` or `%` of a name written `%2F`, `%25`)."""
+    return folder / f"{table.replace('%', '%25').replace('/', '%2F')}.json"
 
 
 @dataclass(frozen=True)

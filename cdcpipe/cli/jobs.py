@@ -75,12 +75,18 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
         typer.echo(json.dumps({**asdict(report), "total_lag": report.total_lag, "sources": found}, indent=2))
         return
     state = f"running (pid {report.pid})" if report.running else "not running"
+    if report.last_error:
+        state = f"stopped by an error: {report.last_error}"
     typer.echo(f"{report.name} ({report.kind}): {state}")
     typer.echo(f"  table {report.table}, checkpoint {report.checkpoint}")
-    typer.echo(
-        f"  last batch {report.last_batch_id}, {report.processed_rows_per_s or 0:.0f} rows/s processed, "
-        f"batch took {report.batch_duration_ms} ms; applied {report.applied}, dead letters {report.dead_letters}"
-    )
+    if report.last_batch_id is None:
+        typer.echo("  no batch yet")
+    else:
+        typer.echo(
+            f"  last batch {report.last_batch_id}, {report.processed_rows_per_s or 0:.0f} rows/s processed, "
+            f"batch took {report.batch_duration_ms} ms; applied {report.applied or 0}, "
+            f"dead letters {report.dead_letters or 0}"
+        )
     for part in report.lag:
         typer.echo(
             f"  {part.topic}[{part.partition}]: at {part.checkpoint_offset}, latest {part.latest_offset}, lag {part.lag}"

@@ -38,11 +38,13 @@ def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON"
         return
     typer.echo(f"leader: {report.leader or 'none (no relay is publishing)'}")
     for stall in report.stalls:
+        if not stall.waiting:
+            continue  # its events are gone: the stall is over (monitor.status reads it the same)
         typer.echo(
             f"STALLED since {stall.since} on topic {stall.topic}: {stall.waiting} events of aggregate types "
             f"{', '.join(stall.aggregate_types)} wait (every other topic flows): {stall.reason}"
         )
-    if report.stalled_topic and not report.stalls:  # written by an older relay: it held every event
+    if report.stalled_topic and not report.stalls and report.waiting:  # written by an older relay: it held every event
         typer.echo(f"STALLED since {report.stalled_since} on topic {report.stalled_topic}: {report.stalled_reason}")
     typer.echo(f"waiting: {report.waiting} events, the oldest {report.oldest_age_s:.1f}s old")
     typer.echo(

@@ -49,11 +49,12 @@ def tables_add(
 def tables_snapshot(
     tables: list[str] | None = TABLES,
     where: str | None = typer.Option(None, "--where", help="only rows matching this SQL condition"),
+    stop: bool = typer.Option(False, "--stop", help="stop the tables' running snapshot instead"),
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Snapshot the rows of captured tables again (Debezium's incremental snapshot, beside the stream)."""
     settings = commands.Settings.load()
-    steps = commands.plan_snapshot(settings, commands.resolve(settings, tables or [], []), where)
+    steps = commands.plan_snapshot(settings, commands.resolve(settings, tables or [], []), where, stop=stop)
     _show(steps, dry_run=dry_run)
     if not dry_run:
         typer.echo("progress: `cdcpipe tables list`")

@@ -48,6 +48,12 @@ LOGIN_MODULES = {
 # What Spark redacts from logs, the UI and plans: its default, plus the Java client's inline private key.
 SPARK_REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|keystore"
 
+# Librdkafka's own log lines (`%3|...|FAIL|...`) go to this silent logger, not the user's terminal: `error_cb`
+# (report_error) says what a user must fix, once, with the fix. A service passes its own logger instead.
+LIBRDKAFKA_LOG = logging.getLogger("cdcpipe.librdkafka")
+LIBRDKAFKA_LOG.propagate = False
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+
 
 class KafkaSettings(StageSettings):
     """The cluster every component talks to and how it authenticates (`[kafka]`)."""
@@ -138,7 +144,12 @@ class KafkaSettings(StageSettings):
 
     def client_config(self, **extra: Any) -> dict[str, Any]:
         """Librdkafka's configuration (confluent-kafka's Producer, Consumer, AdminClient), plus `extra`."""
-        return {**self.properties(), "error_cb": functools.partial(report_error, settings=self), **extra}
+        return {
+            **self.properties(),
+            "error_cb": functools.partial(report_error, settings=self),
+            "logger": LIBRDKAFKA_LOG,
+            **extra,
+        }
 
     def properties(self) -> dict[str, str]:
         """The settings under librdkafka's names, strings only (what a client file holds; JSON can carry it)."""

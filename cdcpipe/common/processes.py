@@ -22,6 +22,9 @@ from cdcpipe.common.private_files import open_private_log
 # as "still running" when garbage-collected) while this process lives; keyed by pid.
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
+# The line each start of a process writes into its log, before the process says anything.
+RUN_MARK = "==== "
+
 
 def _start_time(pid: int) -> str | None:
     try:
@@ -89,7 +92,7 @@ class TrackedProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         with os.fdopen(open_private_log(self.log_file), "ab") as log:
-            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
+            log.write(f"\n{RUN_MARK}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
             log.flush()
             proc = subprocess.Popen(  # noqa: S603 - the command is built by the stack, not from input
                 command,

@@ -21,6 +21,7 @@ from streaming_jobs.once import applied
 from streaming_jobs.once.applied import Interval
 from streaming_jobs.once.event_ids import EventIds, Record
 from streaming_jobs.phases import Phases
+from streaming_jobs.schema_change.columns import MAPPING, need_mapping
 
 EVENT_COLUMNS = [
     "event_id",
@@ -211,6 +212,9 @@ def created_with(ctx: BatchContext, rows: DataFrame, partition_by: Sequence[str]
     """
     if DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
         return False
+    writer = rows.write.format("delta").mode("append").partitionBy(*partition_by)
+    if need_mapping(rows.columns):  # a name Delta stores only mapped (a delta.* option is a table property here)
+        writer = writer.option(MAPPING, "name")
     with ctx.idempotent():
-        rows.write.format("delta").mode("append").partitionBy(*partition_by).save(str(ctx.table))
+        writer.save(str(ctx.table))
     return True

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdcpipe.common.processes import TrackedProcess
+from cdcpipe.common.processes import RUN_MARK, TrackedProcess
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
@@ -105,6 +105,25 @@ class PartitionLag:
     lag: int
 
 
+# The line a driver's log ends with when the job died of an error (streaming_jobs.run.runner.main).
+ERROR_MARK = "error: "
+# How much of a dead driver's log is searched for it.
+ERROR_SEARCH_LINES = 400
+
+
+def last_error(log: list[str]) -> str | None:
+    """What the job died of, from its driver's log: its last run's `error:` line, if that run ended with one.
+
+    Each run's lines follow a `==== <time> starting` line (cdcpipe.common.processes), in one log.
+    """
+    for line in reversed(log):
+        if line.startswith(ERROR_MARK):
+            return line.removeprefix(ERROR_MARK)
+        if line.startswith(RUN_MARK):
+            return None
+    return None
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """Everything `jobs status` shows."""
@@ -124,6 +143,7 @@ class JobStatus:
     lag: list[PartitionLag]
     missing_topics: list[str]
     log_tail: list[str]
+    last_error: str | None  # what a job that is not running died of, if it died of an error
 
     @property
     def total_lag(self) -> int:
@@ -166,6 +186,7 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
         lag=lag(settings, spec),
         missing_topics=sources.missing(settings, spec),
         log_tail=[] if pid is not None else process.log_tail(10),
+        last_error=None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES)),
     )
 
 

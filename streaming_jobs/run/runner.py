@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from streaming_jobs.once.checkpoints import (
 from streaming_jobs.once.context import BatchContext, app_id
 from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
-from streaming_jobs.run import retention
+from streaming_jobs.run import control, retention
 from streaming_jobs.run.compaction import Compactor
 from streaming_jobs.run.metrics import JobMetrics
 from streaming_jobs.sinks.batch import handle_batch
@@ -233,6 +235,10 @@ def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interv
     return {tp: (start.get(tp, 0), offset) for tp, offset in end.items()}
 
 
+# A Python error's last line, `module.SomeError: message`, as a traceback ends (Spark quotes the batch's).
+PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a job by name from the command line (what `cdcpipe jobs submit` starts)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -249,9 +255,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(spec, settings, trigger=args.trigger, stop=stop)
     except CdcpipeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{control.ERROR_MARK}{one_line(exc)}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        traceback.print_exc()
+        # The last line of the log, which `jobs status` and `cdcpipe status` show of a job that died.
+        print(f"{control.ERROR_MARK}{one_line(exc)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def one_line(exc: BaseException) -> str:
+    """What a job died of, in one line: our error's message, or the Python error inside Spark's wrapping."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, CdcpipeError) or not lines:
+        return " ".join(lines)[:1000] or type(exc).__name__
+    python = [line for line in lines if PYTHON_ERROR.match(line) and not line.startswith(("py4j.", "org.", "java."))]
+    return (python[-1] if python else f"{type(exc).__name__}: {lines[0]}")[:1000]
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from schemas.table_contracts import TableContract, load_table_contract
 from streaming_jobs.errors import SchemaChangeError
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.schema_change.columns import MAPPING, need_mapping, quoted
 from streaming_jobs.schema_change.evolve import Decision, Operation, compare, decide, live_columns
 from streaming_jobs.schema_change.shapes import Shape, contract_shape, parse_shape
 
@@ -215,12 +216,14 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
     detail = delta.detail().select("properties", "partitionColumns").first()
     props: Mapping[str, str] = detail[0] if detail else {}
     partitioned_by: list[str] = list(detail[1]) if detail else []
-    if any(op.kind in ("drop", "rename") for op in operations) and props.get("delta.columnMapping.mode") != "name":
-        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    renames = any(op.kind in ("drop", "rename") for op in operations)
+    odd_names = need_mapping(op.new_name or op.column for op in operations if op.kind in ("add", "rename"))
+    if (renames or odd_names) and props.get(MAPPING) != "name":
+        spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('{MAPPING}' = 'name')")
     if any(op.kind == "widen" for op in operations) and props.get("delta.enableTypeWidening") != "true":
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
     for op in operations:
-        column = _quoted(op.column)
+        column = quoted(op.column)
         # `columns` follows each operation: a column moved aside (renamed) and then added again by the same name.
         if op.kind == "add" and op.column not in columns:
             spark.sql(f"ALTER TABLE {name} ADD COLUMNS ({column} {op.type})")
@@ -229,7 +232,7 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
             spark.sql(f"ALTER TABLE {name} DROP COLUMN {column}")
             del columns[op.column]
         elif op.kind == "rename" and op.column in columns and op.new_name not in columns:
-            spark.sql(f"ALTER TABLE {name} RENAME COLUMN {column} TO {_quoted(op.new_name or op.column)}")
+            spark.sql(f"ALTER TABLE {name} RENAME COLUMN {column} TO {quoted(op.new_name or op.column)}")
             columns[op.new_name or op.column] = columns.pop(op.column)
         elif op.kind == "widen" and columns.get(op.column) != op.type:
             spark.sql(f"ALTER TABLE {name} ALTER COLUMN {column} TYPE {op.type}")
@@ -239,7 +242,7 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
         # Its commit carries no applied offsets, so the ones before it still say what the table holds.
         rows = spark.read.format("delta").load(str(table))
         for op in rewrites:
-            rows = rows.withColumn(op.column, F.col(op.column).cast(op.type or "string"))
+            rows = rows.withColumn(op.column, F.col(quoted(op.column)).cast(op.type or "string"))
         # `partitionBy` again: an overwrite that may change the schema sets the partitioning it is given, none
         # if none (a history partitioned by `is_current` would lose its pruning, streaming_jobs.sinks.scd).
         (
@@ -249,10 +252,6 @@ def _apply_operations(spark: SparkSession, table: LakePath, operations: tuple[Op
             .partitionBy(*partitioned_by)
             .save(str(table))
         )
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def reconcile(

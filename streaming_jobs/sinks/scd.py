@@ -26,6 +26,7 @@ from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.context import BatchContext, created_with, merge_source_rows
 from streaming_jobs.schema_change.apply import keep_copy
+from streaming_jobs.schema_change.columns import column, quoted
 from streaming_jobs.schema_change.types import spark_type
 
 MIRROR_META = ["_lsn", "_commit_lsn", "_source_ts"]
@@ -37,10 +38,6 @@ IN_ORDER = ("_commit_lsn", "_lsn", "kafka_offset")
 # after the row's committed, so the commit before it is at or past the row's LSN).
 _THEIRS = "coalesce(t._commit_lsn, t._lsn)"
 NEWER = f"(s._commit_lsn > {_THEIRS} OR (s._commit_lsn = {_THEIRS} AND s._lsn > t._lsn))"
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _with_commit_lsn(ctx: BatchContext, table: DeltaTable) -> DeltaTable:
@@ -65,45 +62,55 @@ def _carry_unavailable(changes: DataFrame, keys: list[str], columns: list[str]) 
     """Each unavailable value replaced by the key's latest available one in the batch, in commit, then LSN order."""
     if not columns:
         return changes
-    so_far = Window.partitionBy(*keys).orderBy(*IN_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    so_far = (
+        Window.partitionBy(*_columns(keys)).orderBy(*IN_ORDER).rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     carried = changes
     for c in columns:
         # Wrapped in a struct, so a real null is a value and only "not sent" is skipped.
-        given = F.when(~F.array_contains(UNAVAILABLE, c), F.struct(F.col(c).alias("v")))
+        given = F.when(~F.array_contains(UNAVAILABLE, c), F.struct(column(c).alias("v")))
         carried = carried.withColumn(f"_have_{c}", F.last(given, ignorenulls=True).over(so_far))
-    still = F.array_compact(F.array(*[F.when(F.col(f"_have_{c}").isNull(), F.lit(c)) for c in columns]))
+    still = F.array_compact(F.array(*[F.when(column(f"_have_{c}").isNull(), F.lit(c)) for c in columns]))
     return carried.select(
-        *[F.col(f"_have_{c}.v").alias(c) if c in columns else F.col(c) for c in changes.columns if c != UNAVAILABLE],
+        *[
+            column(f"_have_{c}").getField("v").alias(c) if c in columns else column(c)
+            for c in changes.columns
+            if c != UNAVAILABLE
+        ],
         still.alias(UNAVAILABLE),
     )
 
 
-def _kept(column: str, unavailable: list[str]) -> str | Column:
+def _columns(names: list[str]) -> list[Column]:
+    return [column(n) for n in names]
+
+
+def _kept(name: str, unavailable: list[str]) -> str | Column:
     """The MERGE value of a column: the table's own where the change did not send it."""
-    if column in unavailable:
-        sent = ~F.array_contains(F.col(f"s.{UNAVAILABLE}"), F.lit(column))
-        return F.when(sent, F.col(f"s.{_quoted(column)}")).otherwise(F.col(f"t.{_quoted(column)}"))
-    return f"s.{_quoted(column)}"
+    if name in unavailable:
+        sent = ~F.array_contains(F.col(f"s.{UNAVAILABLE}"), F.lit(name))
+        return F.when(sent, F.col(f"s.{quoted(name)}")).otherwise(F.col(f"t.{quoted(name)}"))
+    return f"s.{quoted(name)}"
 
 
 def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
     """Insert, update and delete rows as the source did, newest change per key winning."""
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
-    window = Window.partitionBy(*keys).orderBy(*[F.col(c).desc() for c in IN_ORDER])
+    window = Window.partitionBy(*_columns(keys)).orderBy(*[F.col(c).desc() for c in IN_ORDER])
     newest = (
         _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
         .withColumn("_n", F.row_number().over(window))
         .where("_n = 1")
-        .select(*columns, *MIRROR_META, "_op", UNAVAILABLE)
+        .select(*_columns(columns), *MIRROR_META, "_op", UNAVAILABLE)
     )
     keep_copy(ctx.table, contract)
     if created_with(ctx, newest.where("_op <> 'd'").drop("_op", UNAVAILABLE)):
         return newest.count()  # a new table: its first batch's rows written, the deletes of rows it never had dropped
     table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
-    on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in keys)
-    inserted: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *MIRROR_META]}
-    updated: dict[str, str | Column] = {_quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
+    on = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in keys)
+    inserted: dict[str, str | Column] = {quoted(c): f"s.{quoted(c)}" for c in [*columns, *MIRROR_META]}
+    updated: dict[str, str | Column] = {quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
     before = applied.newest_version(ctx.table)
     with ctx.idempotent():
         (
@@ -124,14 +131,14 @@ def _from_current_versions(ordered: DataFrame, ctx: BatchContext, keys: list[str
         DeltaTable.forPath(ctx.spark, str(ctx.table))
         .toDF()
         .where("is_current")
-        .select(*[F.col(k).alias(f"_cur_{k}") for k in keys], *[F.col(c).alias(f"_cur_{c}") for c in unsent])
+        .select(*[column(k).alias(f"_cur_{k}") for k in keys], *[column(c).alias(f"_cur_{c}") for c in unsent])
     )
-    on = [ordered[k].eqNullSafe(current[f"_cur_{k}"]) for k in keys]
+    on = [ordered[quoted(k)].eqNullSafe(current[quoted(f"_cur_{k}")]) for k in keys]
     joined = ordered.join(current, on, "left")
     filled = [
-        F.when(F.array_contains(UNAVAILABLE, c), F.col(f"_cur_{c}")).otherwise(F.col(c)).alias(c)
+        F.when(F.array_contains(UNAVAILABLE, c), column(f"_cur_{c}")).otherwise(column(c)).alias(c)
         if c in unsent
-        else F.col(c)
+        else column(c)
         for c in ordered.columns
     ]
     return joined.select(*filled)
@@ -148,19 +155,19 @@ def _without_repeated_reads(changes: DataFrame, ctx: BatchContext, keys: list[st
         DeltaTable.forPath(ctx.spark, str(ctx.table))
         .toDF()
         .where("is_current")
-        .select(*[F.col(c).alias(f"_cur_{c}") for c in columns])
+        .select(*[column(c).alias(f"_cur_{c}") for c in columns])
     )
-    on = [changes[k].eqNullSafe(current[f"_cur_{k}"]) for k in keys]
-    in_order = Window.partitionBy(*keys).orderBy(*IN_ORDER)
+    on = [changes[quoted(k)].eqNullSafe(current[quoted(f"_cur_{k}")]) for k in keys]
+    in_order = Window.partitionBy(*_columns(keys)).orderBy(*IN_ORDER)
     joined = changes.join(current, on, "left")
     first = F.row_number().over(in_order) == 1
     before = [
-        F.when(first, F.col(f"_cur_{c}")).otherwise(F.lag(F.col(c)).over(in_order)).eqNullSafe(F.col(c))
+        F.when(first, column(f"_cur_{c}")).otherwise(F.lag(column(c)).over(in_order)).eqNullSafe(column(c))
         for c in columns
     ]
-    had_one = F.when(first, F.col(f"_cur_{keys[0]}").isNotNull()).otherwise(F.lag("_op").over(in_order) != "d")
+    had_one = F.when(first, column(f"_cur_{keys[0]}").isNotNull()).otherwise(F.lag("_op").over(in_order) != "d")
     repeated = (F.col("_op") == "r") & had_one & functools.reduce(lambda a, b: a & b, before)
-    return joined.withColumn("_repeated", repeated).where(~F.col("_repeated")).select(*changes.columns)
+    return joined.withColumn("_repeated", repeated).where(~F.col("_repeated")).select(*_columns(changes.columns))
 
 
 def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract) -> int:
@@ -178,7 +185,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     """
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
-    in_order = Window.partitionBy(*keys).orderBy(*IN_ORDER)
+    in_order = Window.partitionBy(*_columns(keys)).orderBy(*IN_ORDER)
     valid = _carry_unavailable(changes.where(F.col("error").isNull()), keys, unsent)
     if (
         ctx.has_reads is not False
@@ -202,7 +209,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         *[F.lit(None).cast(ordered.schema[k].dataType).alias(f"_mk_{k}") for k in keys],
         F.lit(None).cast("timestamp").alias("_close_at"),
         F.lit(True).alias("_insert"),
-        *columns,
+        *_columns(columns),
         "_lsn",
         "_commit_lsn",
         F.col("_source_ts").alias("valid_from"),
@@ -210,7 +217,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
         F.col("_next_ts").isNull().alias("is_current"),
     )
     closing = ordered.where("_rank = 1").select(
-        *[F.col(k).alias(f"_mk_{k}") for k in keys],
+        *[column(k).alias(f"_mk_{k}") for k in keys],
         F.col("_source_ts").alias("_close_at"),
         F.lit(False).alias("_insert"),
         *[F.lit(None).cast(ordered.schema[c].dataType).alias(c) for c in columns],
@@ -223,10 +230,10 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     staged = versions.unionByName(closing)
     keep_copy(ctx.table, contract)
     # A new table has no version to close: its first batch is its versions, written.
-    if not created_with(ctx, versions.select(*columns, *HISTORY_META), partition_by=HISTORY_PARTITIONING):
+    if not created_with(ctx, versions.select(*_columns(columns), *HISTORY_META), partition_by=HISTORY_PARTITIONING):
         table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
-        on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
-        values: dict[str, str | Column] = {_quoted(c): f"s.{_quoted(c)}" for c in [*columns, *HISTORY_META]}
+        on = " AND ".join(f"t.{quoted(k)} = s.{quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
+        values: dict[str, str | Column] = {quoted(c): f"s.{quoted(c)}" for c in [*columns, *HISTORY_META]}
         with ctx.idempotent():
             (
                 table.alias("t")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capture import connector, files, progress
+from capture import commands, connector, files, postgres, progress
 from capture.config import CaptureSettings
 from capture.errors import CaptureError
 from schemas import topics
@@ -113,6 +113,12 @@ def test_snapshot_notifications_say_where_each_tables_snapshot_is() -> None:
         "public.orders": "COMPLETED",
         "public.refunds": "COMPLETED",
     }
+    # A table's own dot is kept; a `db.` before the schema is matched past.
+    dotted = note("TABLE_SCAN_COMPLETED", {"scanned_collection": "shop.Order Lines.v2", "total_rows_scanned": "5"})
+    prefixed = note("TABLE_SCAN_COMPLETED", {"scanned_collection": "db.public.refunds", "total_rows_scanned": "7"})
+    found = progress.fold([dotted, prefixed])
+    assert progress.of(found, "shop.Order Lines.v2") == found["shop.Order Lines.v2"]
+    assert progress.of(found, "public.refunds") == found["db.public.refunds"]
     other = json.dumps({"payload": {"aggregate_type": "Other", "type": "COMPLETED"}}).encode()
     assert progress.fold([b"not json", None, other]) == {}
 
@@ -120,9 +126,95 @@ def test_snapshot_notifications_say_where_each_tables_snapshot_is() -> None:
 def test_generated_columns_go_into_the_column_exclude_list_and_out_with_their_table() -> None:
     config = {connector.INCLUDE: "public\\.accounts"}
     added = connector.with_tables(config, ["sales.zoo"], "cdcpipe.signal", {"sales.zoo": ["gen", "total ex"]})
-    assert added[connector.EXCLUDE_COLUMNS] == "sales\\.zoo\\.gen,sales\\.zoo\\.total\\ ex"
+    assert added[connector.EXCLUDE_COLUMNS] == "sales\\.zoo\\.gen,sales\\.zoo\\.total\\x20ex"
     again = connector.with_tables(added, ["sales.zoo"], "cdcpipe.signal", {"sales.zoo": ["gen"]})
     assert again == added  # run twice, changed once
     removed = connector.without_tables(again, ["sales.zoo"])
     assert connector.EXCLUDE_COLUMNS not in removed
     assert "sales\\.zoo" not in removed[connector.INCLUDE]
+
+
+ODD_NAMES = [
+    "public.orders",
+    "sales.Order Lines",
+    "x.a,b",
+    "x.trailing ",
+    " x.leading",
+    'x.quote"d',
+    "x.Bücher-ä.dot",
+    "x.back\\",
+    "x.line\nbreak",
+]
+
+
+@pytest.mark.parametrize("table", ODD_NAMES)
+def test_any_table_name_is_an_include_list_entry_debezium_splits_back_and_matches(table: str) -> None:
+    added = connector.with_tables(
+        connector.new_config(*_settings(), []), ["public.first", table, "public.last"], SIGNAL
+    )
+    entries = connector.patterns(added)
+    assert connector.literal(connector.entry(table)) == table
+    assert connector.captured_by(added, table) == connector.entry(table)
+    assert connector.captured_tables(added, OutboxNames.load()) == ["public.first", table, "public.last"]
+    removed = connector.without_tables(added, [table])
+    assert connector.captured_tables(removed, OutboxNames.load()) == ["public.first", "public.last"]
+    assert len(entries) == len(connector.patterns(removed)) + 1
+
+
+@pytest.mark.parametrize("table", ODD_NAMES)
+def test_a_topic_and_a_job_file_for_any_table_name(tmp_path: Path, table: str) -> None:
+    topic = files.topic_of("shop", table)
+    assert all(c.isascii() and (c.isalnum() or c in "._-") for c in topic)
+    spec = files.topic_spec(CaptureSettings.load(), topic)
+    for file in (
+        files.topic_file(tmp_path / "topics", "tables", table, spec),
+        files.job_file(tmp_path / "jobs", table, "mirror", topic),
+    ):
+        file.path.parent.mkdir(exist_ok=True)
+        file.path.write_text(file.text)
+    assert [t.name for t in topics.load(tmp_path / "topics").topics] == [topic]
+    (job,) = load_all([tmp_path / "jobs"]).values()
+    assert (job.source_table, job.topics) == (table, (topic,))
+
+
+def test_topic_names_are_sanitised_as_debezium_does() -> None:
+    assert files.topic_of("shop", "sales.Order Lines") == "shop.sales.Order_Lines"
+    assert files.topic_of("shop", "x.Bücher") == "shop.x.B_cher"
+    assert files.topic_of("shop", "x.\U0001f600") == "shop.x.__"  # one UTF-16 unit, one underscore
+    assert len(files.topic_of("shop", "x." + "a" * 300)) == files.MAX_TOPIC
+
+
+def test_a_snapshot_signal_names_a_dotted_table_quoted_and_any_other_escaped() -> None:
+    assert connector.data_collection("sales.Order Lines") == ("sales\\.Order\\x20Lines", "sales\\.Order\\x20Lines")
+    assert connector.data_collection("x.a.b") == ('"x"."a.b"', '"x"\\."a\\.b"')
+    with pytest.raises(CaptureError, match="rename the table"):
+        connector.data_collection("x.a.(b")
+
+
+def _settings() -> tuple[CaptureSettings, SchemaSettings, OutboxNames]:
+    return CaptureSettings.load(), SchemaSettings.load(), OutboxNames.load()
+
+
+def test_a_connector_of_another_name_gets_its_own_slot_and_publication(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = commands.Settings.load()
+    assert (default.capture.slot, default.schema.tables_publication) == ("cdcpipe_tables", "cdcpipe_tables")
+    monkeypatch.setenv("CDCPIPE_CAPTURE_CONNECTOR", "crm-Tables")
+    other = commands.Settings.load()
+    assert (other.capture.slot, other.schema.tables_publication) == ("crm_tables", "crm_tables")
+    config = connector.new_config(other.capture, other.schema, other.names, ["public.orders"])
+    assert (config["slot.name"], config["publication.name"]) == ("crm_tables", "crm_tables")
+    monkeypatch.setenv("CDCPIPE_CAPTURE_SLOT", "mine")
+    monkeypatch.setenv("CDCPIPE_TABLES_PUBLICATION", "my_pub")
+    chosen = commands.Settings.load()
+    assert (chosen.capture.slot, chosen.schema.tables_publication) == ("mine", "my_pub")
+
+
+def test_a_snapshot_of_a_hundred_tables_is_signalled_in_as_many_signals_as_the_data_column_needs() -> None:
+    tables = [f"sales.table_with_a_long_name_{i:03}" for i in range(100)]
+    groups = postgres._fitting(tables, "updated_at > now() - interval '1 day'")
+    assert len(groups) > 1
+    assert [t for g in groups for t in g] == tables
+    for group in groups:
+        assert len(json.dumps(postgres._signal_data(group, "updated_at > now() - interval '1 day'"))) <= 2048
+    with pytest.raises(CaptureError, match="shorten the --where"):
+        postgres._fitting(["public.orders"], "x = '" + "y" * 3000 + "'")

@@ -26,6 +26,7 @@ from tests.support.capture import tables, user_env
 from tests.support.jobs import drain, read_delta
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +202,19 @@ def _ddl(schema: str, billing: str) -> list[str]:
         f"CREATE TABLE {s}.events (id bigint, at date, note text, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
         f"CREATE TABLE {s}.events_2024 PARTITION OF {s}.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')",
         f"CREATE TABLE {s}.events_2025 PARTITION OF {s}.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')",
+        # Any name: spaces, a dot, non-ASCII letters, dashes, capitals, `=`, in the table's name, its key, its columns.
+        f'CREATE TABLE {s}.{ODD} ("Line No" int, "a.b" text, "Ünï-Name" text, "x=y" int, "MixedCase" text, '
+        f'"sp ace" numeric(5,1), PRIMARY KEY ("Line No", "a.b"))',
     ]
+
+
+ODD = '"Order Lines.v2"'
+ODD_COLUMNS = ("Line No", "a.b", "Ünï-Name", "x=y", "MixedCase", "sp ace")
+
+
+def _odd_rows(conn: psycopg.Connection[Any], table: sql.Identifier) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(map(sql.Identifier, ODD_COLUMNS)), table)
+    return {(r[0], r[1]): r[2:] for r in conn.execute(query)}
 
 
 def _insert_zoo(conn: psycopg.Connection[Any], ident: sql.Identifier, row: dict[str, Any]) -> None:
@@ -268,11 +281,17 @@ def _differences(truth: dict[int, dict[str, Any]], mirror: dict[int, dict[str, A
     return found
 
 
+def _snapshot_line(env: dict[str, str], table: str) -> str:
+    listed = tables("list", env=env).splitlines()
+    return next(line for line in listed[listed.index(table) :] if line.startswith("  snapshot"))
+
+
 def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
     env = user_env(stack, outbox, tmp_path)
     schema, billing = f"shop_{outbox.tag}", f"billing_{outbox.tag}"
     s = sql.Identifier(schema)
     zoo, events = sql.Identifier(schema, "zoo"), sql.Identifier(schema, "events")
+    odd = sql.Identifier(schema, "Order Lines.v2")
     lake = env["CDCPIPE_LAKE"]
     slug = schema.lower()
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
@@ -296,6 +315,11 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
             sql.SQL(
                 "INSERT INTO {} SELECT g, DATE '2024-01-01' + g * 3, 'e' || g FROM generate_series(1, 200) g"
             ).format(events)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 'k.' || g, 'ü' || g, g, 'M' || g, g / 2.0 FROM generate_series(1, 5) g"
+            ).format(odd)
         )
     try:
         # A partition alone is refused, and says what to capture instead.
@@ -338,6 +362,9 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
                 sql.SQL("UPDATE {} SET note = 'moved', at = at + 365 WHERE id % 10 = 0 AND id < 1000").format(events)
             )
             conn.execute(sql.SQL("DELETE FROM {} WHERE id % 7 = 0").format(events))
+            conn.execute(sql.SQL('UPDATE {} SET "Ünï-Name" = \'ä-ö\', "x=y" = NULL WHERE "Line No" = 2').format(odd))
+            conn.execute(sql.SQL('DELETE FROM {} WHERE "Line No" = 3').format(odd))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (9, 'k.9', 'ß', 9, 'M9', 4.5)").format(odd))
 
         def compare() -> None:
             with psycopg.connect(outbox.dsn, autocommit=True) as conn:
@@ -359,6 +386,7 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
                 happened = {
                     (r[0], r[1]): r[2] for r in conn.execute(sql.SQL("SELECT id, at, note FROM {}").format(events))
                 }
+                odd_rows = _odd_rows(conn, odd)
             mirror = delta_rows(read_delta(stack, f"{lake}/{slug}_zoo_mirror"))
             differences = _differences(truth, mirror)
             assert not differences, "the mirror differs:\n" + "\n".join(d[:300] for d in differences)
@@ -374,11 +402,44 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
             assert got_invoices == invoices
             got_events = {(r["id"], r["at"]): r["note"] for r in read_delta(stack, f"{lake}/{slug}_events_mirror")}
             assert got_events == happened
+            got_odd = {
+                (r["Line No"], r["a.b"]): tuple(r[c] for c in ODD_COLUMNS[2:])
+                for r in read_delta(stack, f"{lake}/{slug}_order_lines_v2_mirror")
+            }
+            assert got_odd == odd_rows
 
-        jobs = [f"{slug}_{t}_mirror" for t in ("orders", "invoices", "zoo", "events")] + [f"{slug}_zoo_history"]
+        jobs = [f"{slug}_{t}_mirror" for t in ("orders", "invoices", "zoo", "events", "order_lines_v2")]
+        jobs.append(f"{slug}_zoo_history")
         for job in jobs:
             drain(job, env)
         compare()
+
+        # An incremental snapshot (DBLog chunks, beside the stream) of every type, and of a table whose name has a
+        # dot (its signal names it quoted): the same values again, and no new version of an unchanged row.
+        zoo_name, odd_name = f"{schema}.zoo", f"{schema}.Order Lines.v2"
+        refused = cdcpipe("tables", "snapshot", zoo_name, "--where", "no_such_column = 1", env=env)
+        assert refused.returncode != 0
+        assert "no_such_column" in refused.stderr, refused.stderr
+        before = {t: _snapshot_line(env, t) for t in (zoo_name, odd_name)}
+        tables("snapshot", zoo_name, "--where", "id > 1 OR m IS NULL", env=env)  # an OR: parenthesised
+        tables("snapshot", odd_name, env=env)
+        for table in (zoo_name, odd_name):
+            wait_until(
+                lambda t=table: _snapshot_line(env, t) != before[t] and "completed" in _snapshot_line(env, t),
+                180,
+                f"the incremental snapshot of {table} to complete",
+            )
+        history_versions = len(read_delta(stack, f"{lake}/{slug}_zoo_history"))
+        for job in jobs:
+            drain(job, env)
+        compare()
+        assert len(read_delta(stack, f"{lake}/{slug}_zoo_history")) == history_versions
+        # A running snapshot can be stopped: the signal is taken, the connector runs on.
+        assert "snapshot   " in tables("snapshot", zoo_name, "--stop", env=env)
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            kinds = [r[0] for r in conn.execute(f"SELECT type FROM {outbox.names.outbox_schema}.debezium_signal")]
+        assert "stop-snapshot" in kinds
+        assert f"{env['CDCPIPE_CAPTURE_CONNECTOR']} RUNNING" in tables("list", env=env)
 
         # Two spellings of one type are never a change: every contract is still its first version.
         for path in contracts.iterdir():

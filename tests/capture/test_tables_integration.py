@@ -16,7 +16,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
+from capture import postgres as capture_postgres
 from connectors.client import ConnectClient
+from schemas.config import SchemaSettings
 from tests.support.capture import tables, user_env
 from tests.support.jobs import drain, read_delta, table_rows
 from tests.support.outbox import Outbox
@@ -125,6 +127,17 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         again = tables("add", f"public.{first}", "--mirror", env=env)
         again += tables("add", f"public.{second}", "--mirror", "--history", env=env)
         assert all(": unchanged" in line for line in again.splitlines()), again
+        # A contract file broken by hand is shown broken, with why, never as "none".
+        contract = tmp_path / "contracts" / f"public.{first}.json"
+        kept = contract.read_text()
+        contract.write_text(kept[: len(kept) // 2])
+        try:
+            lines = tables("list", env=env).splitlines()
+            shown = lines[lines.index(f"public.{first}") + 1]
+            assert shown.startswith("  contract   BROKEN: "), shown
+            assert str(contract) in shown, shown
+        finally:
+            contract.write_text(kept)
 
         def snapshot_done() -> bool:
             listed = tables("list", env=env)
@@ -202,6 +215,27 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
             ]
         assert first in carried
         assert second not in carried
+
+        # A run that failed after the connector took a table (Postgres gone, tasks slow to reconfigure) leaves the
+        # table's snapshot recorded as owed, which is the state made here: running the command again asks for it.
+        owed = f"owed_{outbox.tag}"
+        idents[owed] = sql.Identifier("public", owed)
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            create_table(conn, idents[owed], 30)
+        tables("add", f"public.{owed}", "--no-snapshot", env=env)
+        schema_settings = SchemaSettings.load()
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            capture_postgres.record_pending(conn, outbox.names, schema_settings, [f"public.{owed}"])
+        again = tables("add", f"public.{owed}", env=env)
+        assert f"snapshot   public.{owed}: request" in again, again
+        assert "owed by an earlier run" in again
+        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+            assert capture_postgres.pending(conn, outbox.names, schema_settings) == []
+        wait_until(
+            lambda: topic_records(stack, f"cap_{outbox.tag}.public.{owed}") >= 30, 120, "the owed snapshot's rows"
+        )
+        third_run = tables("add", f"public.{owed}", env=env)
+        assert all(": unchanged" in line for line in third_run.splitlines()), third_run
     finally:
         cdcpipe("connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes", env=env)
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:

@@ -198,6 +198,30 @@ def test_delete_without_yes_asks_and_keeps_the_slot_when_declined(stack: Stack, 
         assert name in client.connectors()
 
 
+def test_a_second_connector_on_a_slot_in_use_is_refused_and_a_shared_slot_is_never_dropped(
+    stack: Stack, outbox: Outbox, applied: Path, tmp_path: Path
+) -> None:
+    name, twin = f"test-{outbox.tag}", f"twin-{outbox.tag}"
+    definition = outbox_connector(outbox, **{"topic.prefix": f"twin_{outbox.tag}"})
+    path = write_definition(tmp_path, {**definition, "name": twin}, "twin.json")
+    refused = cdcpipe("connectors", "apply", "--no-wait", str(path), env=stack.process_env())
+    assert refused.returncode != 0
+    assert f"slot_{outbox.tag} is the replication slot of connector {name}" in refused.stderr, refused.stderr
+    with connect_client(stack) as client:
+        assert twin not in client.connectors()
+        # Made behind cdcpipe's back (Connect's own API): its delete may not take the slot of the other one.
+        client.put_config(twin, definition["config"])  # type: ignore[arg-type]
+        try:
+            deleted = cdcpipe("connectors", "delete", twin, "--drop-slot", "--yes", env=stack.process_env())
+            assert deleted.returncode != 0
+            assert f"is also the one of {name}" in deleted.stderr, deleted.stderr
+            assert "Nothing was changed" in deleted.stderr
+            assert twin in client.connectors()
+            wait_slot_active(stack, f"slot_{outbox.tag}", name)
+        finally:
+            client.delete(twin)
+
+
 def test_a_slot_left_behind_is_named_with_its_wal_and_can_be_dropped(
     stack: Stack, outbox: Outbox, applied: Path
 ) -> None:

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from cdcpipe.common.processes import TrackedProcess
 from demo.run import EXAMPLES
@@ -73,7 +74,16 @@ class Job:
 def read_delta(stack: Stack, where: str | Path) -> list[dict[str, object]]:
     """A Delta table's rows read with delta-rs (not Spark): from a folder, or through the S3 API."""
     options = stack.s3_options() if str(where).startswith("s3a://") else None
-    rows: list[dict[str, object]] = DeltaTable(str(where), storage_options=options).to_pyarrow_table().to_pylist()
+    return delta_rows(DeltaTable(str(where), storage_options=options))
+
+
+def delta_rows(table: DeltaTable) -> list[dict[str, object]]:
+    """Every row of `table` through delta-rs' query engine, which reads a table with column mapping by name.
+
+    (`to_pyarrow_table` does not: deltalake 1.6 gives such a table's columns as nulls.)
+    """
+    result = QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all()
+    rows: list[dict[str, object]] = pa.table(result).to_pylist()
     return rows
 
 
@@ -202,7 +212,7 @@ def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callabl
 def table_rows(path: Path | str, key: str, stack: Stack | None = None) -> dict[str, dict[str, object]]:
     """A Delta table read with delta-rs (not Spark), by `key`, without the time it was applied at."""
     options = stack.s3_options() if stack is not None and str(path).startswith("s3a://") else None
-    rows = DeltaTable(str(path), storage_options=options).to_pyarrow_table().to_pylist()
+    rows = delta_rows(DeltaTable(str(path), storage_options=options))
     by_key = {str(r[key]): {k: v for k, v in r.items() if k != "_applied_at"} for r in rows}
     assert len(by_key) == len(rows), f"{path}: {len(rows) - len(by_key)} duplicate {key}(s)"
     return by_key

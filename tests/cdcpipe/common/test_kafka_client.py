@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cdcpipe.common import kafka_client
 from cdcpipe.common.errors import ConfigError
 from cdcpipe.common.kafka_client import KafkaSettings, read_properties, report_error, write_properties
 from outbox_relay.config import RelaySettings
@@ -54,6 +55,7 @@ def test_the_file_configures_librdkafka_as_it_is(client_file: Path, monkeypatch:
     settings = KafkaSettings.load()
     config = settings.client_config(acks="all")
     assert reports_for(config.pop("error_cb")) == settings
+    assert config.pop("logger") is kafka_client.LIBRDKAFKA_LOG  # librdkafka's own lines never reach a terminal
     assert config == {
         **SECURED,
         "ssl.ca.location": str(client_file.with_name("ca.pem")),
@@ -91,6 +93,7 @@ def test_a_plaintext_cluster_needs_only_its_address() -> None:
     settings = KafkaSettings(kafka_bootstrap="h:9092")
     config = settings.client_config()
     assert reports_for(config.pop("error_cb")) == settings
+    assert config.pop("logger") is kafka_client.LIBRDKAFKA_LOG  # librdkafka's own lines never reach a terminal
     assert config == {"bootstrap.servers": "h:9092", "security.protocol": "PLAINTEXT"}
     assert settings.spark_options() == {"kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "PLAINTEXT"}
 

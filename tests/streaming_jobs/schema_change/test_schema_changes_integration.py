@@ -359,6 +359,10 @@ def test_a_mirror_follows_a_rename_a_column_added_back_and_a_narrower_type_and_s
         assert "the source's primary key changed" in said
         assert "['code', 'id']" in said
         assert f"jobs replay {mirror} --swap" in said
+        # `jobs status` says why in one line, not "not running" (and `cdcpipe status` reads the same line).
+        assert status(mirror, source.env)["last_error"] == said.removeprefix("error: ")
+        shown = cdcpipe("jobs", "status", mirror, env=source.env).stdout.splitlines()[0]
+        assert shown.startswith(f"{mirror} (table_mirror): stopped by an error: job {mirror}: table"), shown
         assert {r["id"]: r["qty"] for r in delta_rows(stack, mirror_path)}[2] != 8, "nothing of that batch written"
     finally:
         for job in (mirror, history):
