@@ -29,7 +29,7 @@ from connectors.config import ConnectSettings
 from schemas import catalog, table_contracts, topics
 from schemas.config import OutboxNames, SchemaSettings
 from streaming_jobs.config import JobsSettings
-from streaming_jobs.jobs.spec import JobSpec, load_all
+from streaming_jobs.jobs.spec import GROUP, JobSpec, check_name, load_all
 from streaming_jobs.run import control
 
 MARK = "Written by `cdcpipe tables add`"
@@ -123,7 +123,14 @@ def run(steps: list[Step], report: Callable[[str], None]) -> None:
 
 
 def plan_add(
-    settings: Settings, tables: list[str], *, mirror: bool, history: bool, submit: bool, snapshot: bool
+    settings: Settings,
+    tables: list[str],
+    *,
+    mirror: bool,
+    history: bool,
+    submit: bool,
+    snapshot: bool,
+    group: str | None = None,
 ) -> list[Step]:
     """The steps that capture `tables`, each with what it changes."""
     with _opened(settings) as (conn, client):
@@ -154,7 +161,10 @@ def plan_add(
             )
         steps += connector_steps
     kinds = [what for what, wanted in (("mirror", mirror), ("history", history)) if wanted]
-    steps += _job_steps(settings, tables, kinds, prefix)
+    if group is not None:
+        steps += _group_steps(settings, group, tables, kinds, prefix, submit=submit)
+    else:
+        steps += _job_steps(settings, tables, kinds, prefix)
     if owed:
         steps.append(_snapshot_step(settings, owed, None, note="owed by an earlier run that did not finish"))
     if newly and initial:
@@ -169,7 +179,7 @@ def plan_add(
         )
     elif newly and snapshot:
         steps.append(_snapshot_step(settings, newly, None))
-    if submit:
+    if submit and group is None:
         steps += _submit_steps(settings, [files.job_name(t, k) for t in tables for k in kinds])
     return steps
 
@@ -484,6 +494,70 @@ def _job_steps(settings: Settings, tables: list[str], kinds: list[str], prefix: 
     return steps
 
 
+def _group_steps(
+    settings: Settings, name: str, tables: list[str], kinds: list[str], prefix: str, *, submit: bool
+) -> list[Step]:
+    """The group's file with `tables` in it (made, or the tables added), and its driver started or restarted."""
+    if not kinds:
+        raise CaptureError(f"what should group {name} run for the tables? give --mirror and/or --history")
+    check_name(name)
+    if not settings.jobs.jobs_dirs:
+        raise CaptureError("where should the job files go? set CDCPIPE_JOBS_DIRS to your folder(s) of job files")
+    existing = load_all(list(settings.jobs.jobs_dirs)) if any(d.is_dir() for d in settings.jobs.jobs_dirs) else {}
+    current = existing.get(name)
+    if current is not None and current.kind != GROUP:
+        raise CaptureError(f"job {name} ({current.file}) is a {current.kind}, not a table group: choose another name")
+    held = list(current.tables) if current else []
+    topics = list(current.topics) if current else []
+    members: list[str] = list(current.members) if current else kinds
+    if current is not None and set(kinds) - set(members):
+        raise CaptureError(
+            f"group {name} runs {' and '.join(members)} jobs ({current.file}); add {' and '.join(kinds)} there "
+            "(members = [...]) or use a group of its own"
+        )
+    for table in tables:
+        for what in members:
+            job = existing.get(files.job_name(table, what))
+            if job is not None and job.group != name:
+                raise CaptureError(
+                    f"{table} already has the job {job.name} ({job.file}): a table runs in one job or one group; "
+                    f"`cdcpipe tables remove {table}` first (its Delta table and checkpoint stay, and the group "
+                    "takes them over where they are), or leave it out of the group"
+                )
+    added = [t for t in tables if t not in held]
+    folder = current.file.parent if current is not None and current.file else settings.jobs.jobs_dirs[0]
+    file = files.group_file(folder, name, held + added, topics + [files.topic_of(prefix, t) for t in added], members)
+    if not added:
+        steps = [Step("job", name, "unchanged", f"group {current.file if current else file.path} runs every table")]
+    else:
+        verb = "update" if current is not None else "write"
+        steps = [Step("job", name, verb, f"{file.path}: {', '.join(added)} in the group", _write(file))]
+    running = control.tracked(settings.jobs, name).pid() is not None
+    if running and added:
+        steps.append(
+            Step(
+                "submit",
+                name,
+                "restart",
+                "for the new tables; the others resume where they are",
+                _restart(settings, name),
+            )
+        )
+    elif submit and not running:
+        steps.append(Step("submit", name, "start", "one driver for every table of the group", _submit(settings, name)))
+    elif submit:
+        steps.append(Step("submit", name, "unchanged", "running"))
+    return steps
+
+
+def _restart(settings: Settings, name: str) -> Callable[[], None]:
+    def restart() -> None:
+        with control.paused(settings.jobs, name):
+            pass
+
+    return restart
+
+
 def _check_same_job(spec: JobSpec, table: str, what: str) -> None:
     if spec.source_table != table or spec.kind != files.JOB_KINDS[what]:
         raise CaptureError(
@@ -570,8 +644,10 @@ def plan_remove(settings: Settings, tables: list[str]) -> list[Step]:
     name = settings.capture.capture_connector
     steps: list[Step] = []
     jobs = load_all(list(settings.jobs.jobs_dirs)) if settings.jobs.jobs_dirs else {}
+    for group in sorted({j.group for j in jobs.values() if j.group and j.source_table in tables}):
+        steps += _out_of_group(settings, jobs[group], tables)
     for spec in sorted(jobs.values(), key=lambda s: s.name):
-        if spec.source_table not in tables:
+        if spec.source_table not in tables or spec.group is not None:
             continue
         if spec.file is None or MARK not in spec.file.read_text():
             steps.append(
@@ -626,6 +702,36 @@ def plan_remove(settings: Settings, tables: list[str]) -> list[Step]:
             "kept", ", ".join(tables), "unchanged", "topics, contracts, Delta tables, the slot and the publication stay"
         )
     )
+    return steps
+
+
+def _out_of_group(settings: Settings, group: JobSpec, tables: list[str]) -> list[Step]:
+    """The group's file without `tables` (their Delta tables and checkpoints stay), its driver restarted."""
+    if group.file is None or MARK not in group.file.read_text():
+        return [Step("job", group.name, "keep", f"{group.file} is not one `tables add` wrote; edit it yourself")]
+    kept = [(t, topic) for t, topic in zip(group.tables, group.topics, strict=True) if t not in tables]
+    running = control.tracked(settings.jobs, group.name).pid() is not None
+    if not kept:
+        steps = [Step("job", group.name, "stop", "its last tables go", _stop(settings, group.name))] if running else []
+        return [
+            *steps,
+            Step("job", group.name, "remove", f"{group.file}; its tables' Delta tables stay", _unlink(group.file)),
+        ]
+    file = files.group_file(
+        group.file.parent, group.name, [t for t, _ in kept], [topic for _, topic in kept], list(group.members)
+    )
+    gone = [t for t in group.tables if t in tables]
+    steps = [Step("job", group.name, "update", f"{group.file}: {', '.join(gone)} out of the group", _write(file))]
+    if running:
+        steps.append(
+            Step(
+                "submit",
+                group.name,
+                "restart",
+                "without them; the others resume where they are",
+                _restart(settings, group.name),
+            )
+        )
     return steps
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from capture.config import CaptureSettings
 from schemas.topics import Declared, PrefixGrant, TopicSpec
+from streaming_jobs.jobs.spec import table_job_name
 
 JOB_KINDS = {"mirror": "table_mirror", "history": "table_history"}
 # Kafka's topic names: Debezium puts `_` for any other character (each UTF-16 unit) and cuts at 249.
@@ -128,11 +129,8 @@ creators = {_list(g.creators)}"""
 
 
 def job_name(table: str, what: str) -> str:
-    """`orders_mirror` for public.orders, `sales_orders_mirror` for sales.orders (job names are lower case)."""
-    schema, _, name = table.partition(".")
-    base = name if schema == "public" else f"{schema}_{name}"
-    slug = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")
-    return f"{slug if slug[:1].isalpha() else 't_' + slug}_{what}"
+    """`orders_mirror` for public.orders, `sales_orders_mirror` for sales.orders: a group names its tables' jobs so."""
+    return table_job_name(table, what)
 
 
 def job_file(folder: Path, table: str, what: str, topic: str) -> File:
@@ -150,6 +148,27 @@ topics = [{toml_string(topic)}]
 table = "{name}"
 trigger = "1s"
 source_table = {toml_string(table)}
+"""
+    return File(folder / f"{name}.toml", text)
+
+
+def group_file(folder: Path, name: str, tables: list[str], topics: list[str], members: list[str]) -> File:
+    """A table group: the mirrors (histories) of `tables` in one driver, each table's job as `job_file` would be."""
+    listed = "\n".join(f"    {toml_string(t)}," for t in tables)
+    read = "\n".join(f"    {toml_string(t)}," for t in topics)
+    text = f"""# The {" and ".join(members)} jobs of {len(tables)} tables in one Spark driver (a table group).
+# Written by `cdcpipe tables add` (--group {name}); yours to change. Each table's job is named, and keeps its
+# Delta table and checkpoint, as its own job file would (`<schema>_<table>_mirror`).
+name = "{name}"
+kind = "table_group"
+members = {_list(tuple(members))}
+trigger = "1s"
+tables = [
+{listed}
+]
+topics = [
+{read}
+]
 """
     return File(folder / f"{name}.toml", text)
 

@@ -229,6 +229,12 @@ def _job_line(report: control.JobStatus, pid: int, more: str) -> Line:
     )
     if report.last_batch_id is None:
         says = f"running (pid {pid}), lag {report.total_lag}, no batch yet"
+    if report.members:
+        says = f"group of {len(report.members)} jobs, {says}"
+    if report.parked:
+        # One table stopped by an error while the rest of its group flows: loud, named, with why.
+        parked = "; ".join(f"{m.name}: {m.last_error}" for m in report.parked)
+        return Line(FAIL, f"job {report.name}", f"{says}; PARKED {parked}", more)
     if report.missing_topics:
         return Line(FAIL, f"job {report.name}", f"{says}; topics missing: {', '.join(report.missing_topics)}", more)
     if report.dead_letters:

@@ -67,10 +67,17 @@ def session_conf(settings: JobsSettings, app_name: str) -> dict[str, str]:
         cluster["spark.authenticate.secret"] = _read_secret(settings.spark_authenticate_secret_file)
     archive = settings.spark_class_archive
     # The driver's classpath is the archive's (the same pyspark): an executor's is not, so only the driver maps it.
+    # The code cache the JIT's tiers would get (240 MB): without the optimising tier (`TieredStopAtLevel=1`) the
+    # JVM gives it 48 MB, which a table group's driver (a query per table, each with code of its own) fills
+    # ("Out of space in CodeCache for adapters": every query of the driver fails).
+    options = settings.spark_java_options
+    cut = "TieredStopAtLevel" in options and "ReservedCodeCacheSize" not in options
+    code_cache = "-XX:ReservedCodeCacheSize=240m" if cut else ""
     driver = " ".join(
         o
         for o in (
             settings.spark_java_options,
+            code_cache,
             f"-XX:SharedArchiveFile={archive}" if archive and archive.is_file() else "",
         )
         if o

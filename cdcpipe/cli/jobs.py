@@ -78,6 +78,20 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
     if report.last_error:
         state = f"stopped by an error: {report.last_error}"
     typer.echo(f"{report.name} ({report.kind}): {state}")
+    if report.members:
+        # The worst first: parked, then the most behind.
+        for member in sorted(report.members, key=lambda m: (m.last_error is None, -m.total_lag, m.name)):
+            said = f"PARKED: {member.last_error}" if member.last_error else f"lag {member.total_lag}"
+            batch = "no batch yet" if member.last_batch_id is None else f"last batch {member.last_batch_id}"
+            typer.echo(
+                f"  {member.name:<32} {said}; {batch}, applied {member.applied or 0}, "
+                f"dead letters {member.dead_letters or 0}"
+            )
+        for line in report.log_tail:
+            typer.echo(f"    | {line}")
+        return
+    if report.group:
+        typer.echo(f"  runs in the table group {report.group}")
     typer.echo(f"  table {report.table}, checkpoint {report.checkpoint}")
     if report.last_batch_id is None:
         typer.echo("  no batch yet")

@@ -35,13 +35,18 @@ def tables_add(
     mirror: bool = typer.Option(False, "--mirror", help="write a table_mirror job file (SCD type 1)"),
     history: bool = typer.Option(False, "--history", help="write a table_history job file (SCD type 2)"),
     submit: bool = typer.Option(False, "--submit", help="start the jobs written"),
+    group: str | None = typer.Option(
+        None, "--group", help="run the tables' jobs in this table group: one Spark driver for all of them"
+    ),
     snapshot: bool = typer.Option(True, "--snapshot/--no-snapshot", help="snapshot the rows the tables already hold"),
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Capture tables: grants and publication, contract, topic with ACLs, the table connector, jobs, a snapshot."""
     settings = commands.Settings.load()
     chosen = commands.resolve(settings, tables or [], schemas or [])
-    steps = commands.plan_add(settings, chosen, mirror=mirror, history=history, submit=submit, snapshot=snapshot)
+    steps = commands.plan_add(
+        settings, chosen, mirror=mirror, history=history, submit=submit, snapshot=snapshot, group=group
+    )
     _show(steps, dry_run=dry_run)
 
 

@@ -16,6 +16,17 @@
 
 Where a job keeps its things, all derived from its name and table: the Delta table, `<table>_dead_letters`
 beside it, and its checkpoint in `<lake>/_checkpoints/<name>`.
+
+A table group runs the mirrors (and histories) of many captured tables in one driver:
+
+    name = "shop_tables"
+    kind = "table_group"
+    members = ["mirror"]                     # mirror and/or history, for every table
+    tables = ["shop.orders", "shop.Invoices"]
+    topics = ["cdcpipe.shop.orders", "cdcpipe.shop.Invoices"]   # each table's topic, in the same order
+
+Each table's mirror is the job `tables add` would write for it alone (`shop_orders_mirror`: its name, Delta
+table and checkpoint), so a table moves into or out of a group where it stands, nothing lost or repeated.
 """
 
 from __future__ import annotations
@@ -31,8 +42,10 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath, check_lake, is_url
 
-Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history"]
+Kind = Literal["event_log", "latest_state", "projection", "table_mirror", "table_history", "table_group"]
 TABLE_KINDS = ("table_mirror", "table_history")
+GROUP = "table_group"
+MEMBER_KINDS = {"mirror": "table_mirror", "history": "table_history"}
 TRIGGER = re.compile(r"^(available-now|\d+(ms|s|min))$")
 JOB_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 # Folders of the lake that belong to cdcpipe itself (`_jobs`, `_checkpoints`, replays' staging).
@@ -77,6 +90,8 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     # The folder of the file it was read from: a projection's module is looked for there first.
     _file: Path | None = PrivateAttr(None)
+    # The group a table job runs in (None: a job of its own).
+    _group: str | None = PrivateAttr(None)
 
     name: str = Field(pattern=JOB_NAME.pattern, description="lower case, digits, '_' and '-'")
     kind: Kind
@@ -111,6 +126,18 @@ class JobSpec(BaseModel):
         ge=0,
         description="how many records back, per partition, a resent event id (table kinds: key and LSN) is looked for (0: all)",
     )
+    tables: tuple[str, ...] = Field((), description="table_group: the captured tables (schema.table) it runs")
+    members: tuple[Literal["mirror", "history"], ...] = Field(
+        (), description="table_group: the jobs it runs for each table: mirror and/or history"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_table(cls, data: object) -> object:
+        # A group writes no table of its own: its folder name is its name (where its checkpoint keeps its state).
+        if isinstance(data, dict) and data.get("kind") == GROUP and "table" not in data and "name" in data:
+            return {**data, "table": data["name"]}
+        return data
 
     @field_validator("table")
     @classmethod
@@ -143,11 +170,49 @@ class JobSpec(BaseModel):
             raise ValueError(f'a {self.kind} job names its table: source_table = "public.accounts"')
         if self.kind not in TABLE_KINDS and self.source_table:
             raise ValueError(f"source_table is only for the table kinds, not {self.kind}")
-        if "on_schema_change" in self.model_fields_set and self.kind not in TABLE_KINDS:
+        if "on_schema_change" in self.model_fields_set and self.kind not in (*TABLE_KINDS, GROUP):
             raise ValueError(f"on_schema_change is only for the table kinds, not {self.kind}")
         if self.delete_event_types and self.kind != "latest_state":
             raise ValueError("delete_event_types is only for kind = latest_state")
+        if self.kind == GROUP:
+            if not self.tables or not self.members or len(self.tables) != len(self.topics):
+                raise ValueError(
+                    "a table_group lists its tables, each table's topic in topics (in the same order), and its "
+                    'members (["mirror"], ["history"] or both)'
+                )
+            if len(set(self.tables)) != len(self.tables):
+                raise ValueError("a table_group lists each table once")
+        elif self.tables or self.members:
+            raise ValueError(f"tables and members are only for kind = table_group, not {self.kind}")
         return self
+
+    @property
+    def group(self) -> str | None:
+        """The group this table job runs in, if it is one's member."""
+        return self._group
+
+    def member_jobs(self) -> list[JobSpec]:
+        """A group's jobs: for each table, each member kind, the job `tables add` would write for it alone."""
+        jobs = []
+        for table, topic in zip(self.tables, self.topics, strict=True):
+            for what in self.members:
+                name = table_job_name(table, what)
+                member = JobSpec(
+                    name=name,
+                    kind=MEMBER_KINDS[what],
+                    topics=(topic,),
+                    table=name,
+                    trigger=self.trigger,
+                    source_table=table,
+                    on_schema_change=self.on_schema_change,
+                    max_offsets_per_trigger=self.max_offsets_per_trigger,
+                    optimize_every=self.optimize_every,
+                    max_poison_in_a_row=self.max_poison_in_a_row,
+                    dedupe_lookback_records=self.dedupe_lookback_records,
+                )
+                member._file, member._group = self._file, self.name
+                jobs.append(member)
+        return jobs
 
     def processing_time(self, trigger: str | None = None) -> str:
         """A `1s`-style trigger in the words Spark parses (`1 seconds`)."""
@@ -179,6 +244,14 @@ class JobSpec(BaseModel):
         return lake / "_checkpoints" / self.name
 
 
+def table_job_name(table: str, what: str) -> str:
+    """`orders_mirror` for public.orders, `sales_orders_mirror` for sales.orders (job names are lower case)."""
+    schema, _, name = table.partition(".")
+    base = name if schema == "public" else f"{schema}_{name}"
+    slug = re.sub(r"[^a-z0-9_]+", "_", base.lower()).strip("_")
+    return f"{slug if slug[:1].isalpha() else 't_' + slug}_{what}"
+
+
 def load_file(path: Path) -> JobSpec:
     """One job file, validated; errors name the file and each bad field."""
     try:
@@ -195,15 +268,20 @@ def load_file(path: Path) -> JobSpec:
 
 
 def load_all(folders: list[Path]) -> dict[str, JobSpec]:
-    """Every job in these folders, by name; two files may not declare one name."""
+    """Every job in these folders, by name, a group's member jobs too; two files may not declare one name."""
     jobs: dict[str, JobSpec] = {}
     sources: dict[str, Path] = {}
     for folder in folders:
         for path in sorted(folder.glob("*.toml")):
             spec = load_file(path)
-            if spec.name in jobs:
-                raise StreamingError(f"{path}: job {spec.name!r} is already declared in {sources[spec.name]}")
-            jobs[spec.name], sources[spec.name] = spec, path
+            for job in [spec, *(spec.member_jobs() if spec.kind == GROUP else [])]:
+                if job.name in jobs:
+                    also = f" (a table of group {job.group})" if job.group else ""
+                    raise StreamingError(
+                        f"{path}: job {job.name!r}{also} is already declared in {sources[job.name]}: a table runs in "
+                        "one job or one group, not both; remove one of them"
+                    )
+                jobs[job.name], sources[job.name] = job, path
     _tables_apart(jobs, sources)
     return jobs
 

@@ -96,15 +96,18 @@ def write_progress(
     *,
     running: bool,
     batch: dict[str, Any] | None = None,
+    error: str | None = None,
 ) -> None:
     """Replace `<checkpoint>/cdcpipe_progress.json` with the query's latest progress (what `status` reads).
 
     `progress`: Spark's report rendered as a dict (`rendered_progress`). `batch`: where the last batch's
-    time went, by step (streaming_jobs.phases).
+    time went, by step (streaming_jobs.phases). `error`: what the query stopped on, if it did.
     """
-    record = {"running": running, "updated_at": time.time(), **counts, "progress": progress}
+    record: dict[str, Any] = {"running": running, "updated_at": time.time(), **counts, "progress": progress}
     if batch:
         record["batch_steps"] = batch
+    if error:
+        record["error"] = error
     (checkpoint / PROGRESS_FILE).write_text(json.dumps(record, default=str))
 
 

@@ -16,14 +16,14 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdcpipe.common.processes import RUN_MARK, TrackedProcess
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs.spec import JobSpec, check_name, find, load_all
+from streaming_jobs.jobs.spec import GROUP, JobSpec, check_name, find, load_all
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.offsets import KafkaPositions
 from streaming_jobs.once import sources
@@ -43,6 +43,7 @@ def tracked(settings: JobsSettings, name: str) -> TrackedProcess:
 def submit(settings: JobsSettings, name: str, *, master: str | None, trigger: str | None) -> int:
     """Start the job in the background (once: a running job is not started twice); return its pid."""
     spec = find(name, list(settings.jobs_dirs))
+    _not_a_member(spec, "submit")
     process = tracked(settings, spec.name)
     if process.pid() is not None:
         raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
@@ -62,6 +63,14 @@ def submit(settings: JobsSettings, name: str, *, master: str | None, trigger: st
     # What it was started with, so a rewind or a replay's swap can start it again the same way.
     _submitted(settings, spec.name).write_text(json.dumps({"master": master, "trigger": trigger}))
     return pid
+
+
+def _not_a_member(spec: JobSpec, what: str) -> None:
+    if spec.group is not None:
+        raise StreamingError(
+            f"job {spec.name} runs in the table group {spec.group} ({spec.file}): {what} the group "
+            f"(`cdcpipe jobs {what} {spec.group}`), or take {spec.source_table} out of it to run it alone"
+        )
 
 
 def _submitted(settings: JobsSettings, name: str) -> Path:
@@ -89,6 +98,8 @@ def stop(settings: JobsSettings, name: str, timeout_s: float = 180) -> bool:
     Its Prometheus target goes with it: the driver removes it as it exits, and this removes every target whose
     driver is gone (killed, it could not).
     """
+    if settings.jobs_dirs:
+        _not_a_member(find(name, list(settings.jobs_dirs)), "stop")
     was_running = tracked(settings, name).stop(timeout_s=timeout_s)
     stale_targets(settings.metrics_targets_dir)
     return was_running
@@ -143,11 +154,18 @@ class JobStatus:
     lag: list[PartitionLag]
     missing_topics: list[str]
     log_tail: list[str]
-    last_error: str | None  # what a job that is not running died of, if it died of an error
+    last_error: str | None  # what a job that is not running died of (a group's member: what parked it)
+    group: str | None = None  # the table group it runs in
+    members: list[JobStatus] = field(default_factory=list)  # a group's jobs, each table's mirror or history
 
     @property
     def total_lag(self) -> int:
-        return sum(p.lag for p in self.lag)
+        return sum(p.lag for p in self.lag) + sum(m.total_lag for m in self.members)
+
+    @property
+    def parked(self) -> list[JobStatus]:
+        """A group's members stopped by an error while the others run."""
+        return [m for m in self.members if m.last_error]
 
 
 def lag(settings: JobsSettings, spec: JobSpec) -> list[PartitionLag]:
@@ -165,17 +183,39 @@ def lag(settings: JobsSettings, spec: JobSpec) -> list[PartitionLag]:
 def status(settings: JobsSettings, name: str) -> JobStatus:
     """The job's process, its last progress, and its lag."""
     spec = find(name, list(settings.jobs_dirs))
-    process = tracked(settings, spec.name)
+    process = tracked(settings, spec.group or spec.name)  # a group's member runs in the group's driver
     where = locations.current(spec, settings.lake_root())
-    record = read_progress(where.checkpoint)
+    record = read_progress(where.checkpoint) if spec.kind != GROUP else {}
     progress = record.get("progress") or {}
     pid = process.pid()
+    parked = record.get("error") if spec.group else None
+    if spec.kind == GROUP:
+        members = [status(settings, m.name) for m in spec.member_jobs()]
+        return JobStatus(
+            name=spec.name,
+            kind=spec.kind,
+            table=str(where.table),
+            checkpoint=str(where.checkpoint),
+            running=pid is not None,
+            pid=pid,
+            last_batch_id=max((m.last_batch_id for m in members if m.last_batch_id is not None), default=None),
+            input_rows_per_s=None,
+            processed_rows_per_s=None,
+            batch_duration_ms=None,
+            applied=sum(m.applied or 0 for m in members),
+            dead_letters=sum(m.dead_letters or 0 for m in members),
+            lag=[],
+            missing_topics=[t for m in members for t in m.missing_topics],
+            log_tail=[] if pid is not None else process.log_tail(10),
+            last_error=None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES)),
+            members=members,
+        )
     return JobStatus(
         name=spec.name,
         kind=spec.kind,
         table=str(where.table),
         checkpoint=str(where.checkpoint),
-        running=pid is not None,
+        running=pid is not None and not parked,
         pid=pid,
         last_batch_id=progress.get("batchId"),
         input_rows_per_s=progress.get("inputRowsPerSecond"),
@@ -185,15 +225,16 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
         dead_letters=record.get("dead_letters"),
         lag=lag(settings, spec),
         missing_topics=sources.missing(settings, spec),
-        log_tail=[] if pid is not None else process.log_tail(10),
-        last_error=None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES)),
+        log_tail=[] if pid is not None or spec.group else process.log_tail(10),
+        last_error=parked or (None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES))),
+        group=spec.group,
     )
 
 
 def listing(settings: JobsSettings) -> list[tuple[JobSpec, locations.Location, bool]]:
     """Every declared job, where its table is now, and whether it runs."""
     return [
-        (spec, locations.current(spec, settings.lake_root()), tracked(settings, name).pid() is not None)
+        (spec, locations.current(spec, settings.lake_root()), tracked(settings, spec.group or name).pid() is not None)
         for name, spec in sorted(load_all(list(settings.jobs_dirs)).items())
     ]
 

@@ -91,7 +91,8 @@ def slim(records: DataFrame) -> DataFrame:
     names = ["raw_key", "topic", "partition", "offset", "timestamp"]
     known: Column = F.lit(None).cast("long")
     start: Column = F.lit(None).cast("int")
-    for shape_hash, schema in _TEXTS.items():  # each wraps the ones met before: the newest is tried first
+    # A copy (made in one step, under the GIL): a table group's other queries add shapes from their threads.
+    for shape_hash, schema in dict(_TEXTS).items():  # each wraps the ones met before: the newest is tried first
         head = (_ENVELOPE + schema + _PAYLOAD).encode()
         known = F.when(F.startswith(value, F.lit(bytearray(head))), F.lit(shape_hash)).otherwise(known)
         start = F.when(F.col("_known") == F.lit(shape_hash), F.lit(len(head) + 1)).otherwise(start)

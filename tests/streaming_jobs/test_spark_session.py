@@ -122,7 +122,8 @@ def test_the_driver_maps_the_class_archive_when_there_is_one_and_executors_never
     archive.write_bytes(b"")
     assert java() == (f"-XX:SharedArchiveFile={archive}", None)
     assert java("-XX:TieredStopAtLevel=1") == (
-        f"-XX:TieredStopAtLevel=1 -XX:SharedArchiveFile={archive}",
+        # The code cache without the optimising tier would be 48 MB, too little for a table group's queries.
+        f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:SharedArchiveFile={archive}",
         "-XX:TieredStopAtLevel=1",
     )
 
