@@ -78,7 +78,11 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
     running: list[query.JobQuery] = []
     try:
         for prepared in members:
-            job = query.JobQuery(prepared, settings, spark, registry, trigger)
+            try:
+                job = query.JobQuery(prepared, settings, spark, registry, trigger)
+            except Exception as exc:  # its query could not be planned (its table unreadable, say)
+                _park(prepared.spec, settings, one_line(exc))
+                continue
             try:
                 job.start()
             except Exception as exc:

@@ -195,6 +195,11 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         wait_until(lambda: "WARNING" in cdcpipe("jobs", "status", job, env=env).stdout, 60, f"{job}'s status to warn")
         status = cdcpipe("jobs", "status", job, env=env).stdout
         assert f"WARNING cap_{outbox.tag}.public.{first} <- connector {connector}: PAUSED" in status, status
+        # A table added to a paused connector would wait unsaid: refused, nothing changed, the way on named.
+        refused = cdcpipe("tables", "add", f"public.{second}", "--mirror", env=env)
+        assert refused.returncode != 0
+        assert f"connector {connector} is PAUSED" in refused.stderr, refused.stderr
+        assert f"cdcpipe connectors resume {connector}" in refused.stderr
         assert cdcpipe("connectors", "resume", connector, env=env).returncode == 0
 
         # Remove the second: its job file goes, the connector and the publication no longer carry it.
@@ -236,6 +241,21 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         )
         third_run = tables("add", f"public.{owed}", env=env)
         assert all(": unchanged" in line for line in third_run.splitlines()), third_run
+
+        # A connector deleted without its slot, made again by `tables add`: Connect kept its offsets, so it streams
+        # on from them and takes no initial snapshot; its tables get an incremental one instead.
+        assert cdcpipe("connectors", "delete", connector, "--yes", env=env).returncode == 0
+        before = snapshot_line(env, first)
+        again = tables("add", f"public.{first}", "--mirror", env=env)
+        assert f"connector  {connector}: create" in again, again
+        assert f"snapshot   public.{first}: take" in again, again
+        wait_until(
+            lambda: (
+                snapshot_line(env, first) != before and "incremental snapshot completed" in snapshot_line(env, first)
+            ),
+            180,
+            "the incremental snapshot of a connector made again on its offsets",
+        )
     finally:
         cdcpipe("connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes", env=env)
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
