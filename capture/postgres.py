@@ -143,8 +143,8 @@ def signal_table_exists(conn: psycopg.Connection[Any], names: OutboxNames, setti
 def check_condition(conn: psycopg.Connection[Any], settings: SchemaSettings, table: str, where: str) -> None:
     """`where` is one condition on `table` that Debezium's role may evaluate: planned (never run), as that role.
 
-    EXPLAIN without ANALYZE runs nothing, in a read-only transaction rolled back; one statement only (psycopg
-    sends it as one prepared statement), and the condition in parentheses cannot end the query early.
+    EXPLAIN without ANALYZE runs nothing, in a read-only transaction rolled back; one statement only (sent as a
+    prepared statement, which Postgres refuses to hold two commands): `x); DROP TABLE t; --` is refused.
     """
     schema, name = split(table)
     query = sql.SQL("EXPLAIN SELECT * FROM {} WHERE ({})").format(sql.Identifier(schema, name), sql.SQL(where))
@@ -156,7 +156,7 @@ def check_condition(conn: psycopg.Connection[Any], settings: SchemaSettings, tab
                     conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(settings.debezium_role)))
             except psycopg.errors.InsufficientPrivilege:
                 pass
-            conn.execute(query)
+            conn.execute(query, prepare=True)
     except psycopg.Error as exc:
         raise CaptureError(
             f"--where {where!r} is not a condition Debezium can snapshot {table} by: "

@@ -421,6 +421,10 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
         refused = cdcpipe("tables", "snapshot", zoo_name, "--where", "no_such_column = 1", env=env)
         assert refused.returncode != 0
         assert "no_such_column" in refused.stderr, refused.stderr
+        # A condition that would end the query and run another statement is refused as one, nothing run.
+        smuggled = cdcpipe("tables", "snapshot", zoo_name, "--where", "true); DROP TABLE zoo; --", env=env)
+        assert smuggled.returncode != 0
+        assert "cannot insert multiple commands" in smuggled.stderr, smuggled.stderr
         before = {t: _snapshot_line(env, t) for t in (zoo_name, odd_name)}
         tables("snapshot", zoo_name, "--where", "id > 1 OR m IS NULL", env=env)  # an OR: parenthesised
         tables("snapshot", odd_name, env=env)
