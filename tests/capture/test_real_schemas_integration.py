@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.capture import tables, user_env
+from tests.support.capture import forget, tables, user_env
 from tests.support.jobs import drain, read_delta
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
@@ -289,7 +289,6 @@ def _snapshot_line(env: dict[str, str], table: str) -> str:
 def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
     env = user_env(stack, outbox, tmp_path)
     schema, billing = f"shop_{outbox.tag}", f"billing_{outbox.tag}"
-    s = sql.Identifier(schema)
     zoo, events = sql.Identifier(schema, "zoo"), sql.Identifier(schema, "events")
     odd = sql.Identifier(schema, "Order Lines.v2")
     lake = env["CDCPIPE_LAKE"]
@@ -450,15 +449,4 @@ def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbo
         for path in contracts.iterdir():
             assert json.loads(path.read_text())["x-version"] == 1, path
     finally:
-        cdcpipe(
-            "connectors",
-            "delete",
-            env["CDCPIPE_CAPTURE_CONNECTOR"],
-            "--drop-slot",
-            "--drop-publication",
-            "--yes",
-            env=env,
-        )
-        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(s))
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(billing)))
+        forget(outbox, env, schema, billing)

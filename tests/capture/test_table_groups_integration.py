@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 
 from tests.support import rental_schema
-from tests.support.capture import tables, user_env
+from tests.support.capture import forget, tables, user_env
 from tests.support.jobs import read_delta, status
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
@@ -168,14 +168,4 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         assert f'"{schema}.late"' not in group_file.read_text()
     finally:
         cdcpipe("jobs", "stop", group, env=env)
-        cdcpipe(
-            "connectors",
-            "delete",
-            env["CDCPIPE_CAPTURE_CONNECTOR"],
-            "--drop-slot",
-            "--drop-publication",
-            "--yes",
-            env=env,
-        )
-        with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        forget(outbox, env, schema)

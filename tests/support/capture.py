@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
 
@@ -34,6 +37,15 @@ def user_env(stack: Stack, outbox: Outbox, home: Path) -> dict[str, str]:
         "CDCPIPE_LAKE": f"{stack.env['CDCPIPE_LAKE']}/capture_{tag}",  # the shared object-store lake
         "CDCPIPE_RUN_DIR": str(home / "run"),
     }
+
+
+def forget(outbox: Outbox, env: dict[str, str], *schemas: str) -> None:
+    """After a test: its connector gone with its slot and publication, its schemas dropped."""
+    connector = env["CDCPIPE_CAPTURE_CONNECTOR"]
+    cdcpipe("connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes", env=env)
+    with psycopg.connect(outbox.dsn, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def tables(*args: str, env: dict[str, str]) -> str:
