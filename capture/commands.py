@@ -776,6 +776,7 @@ class JobLine:
     kind: str
     running: bool
     lag: int | None
+    error: str | None = None  # what stopped it (a group's table: what parked it)
 
 
 @dataclass(frozen=True)
@@ -854,9 +855,9 @@ def progress_of(kafka: dict[str, Any], topic: str) -> dict[str, Any]:
     return progress.latest(kafka, topic)
 
 
-def _job_state(settings: Settings, name: str) -> tuple[bool, int | None]:
+def _job_state(settings: Settings, name: str) -> tuple[bool, int | None, str | None]:
     try:
         report = control.status(settings.jobs, name)
     except CdcpipeError:
-        return False, None
-    return report.running, report.total_lag
+        return False, None, None
+    return report.running, report.total_lag, report.last_error

@@ -95,5 +95,6 @@ def tables_list() -> None:
         typer.echo(f"  topic      {line.topic}")
         for job in line.jobs:
             lag = "lag ?" if job.lag is None else f"lag {job.lag}"
-            typer.echo(f"  job        {job.name} ({job.kind}): {'running' if job.running else 'stopped'}, {lag}")
+            state = "running" if job.running else f"stopped by an error: {job.error}" if job.error else "stopped"
+            typer.echo(f"  job        {job.name} ({job.kind}): {state}, {lag}")
         typer.echo(f"  snapshot   {line.snapshot}")

@@ -138,6 +138,8 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         assert "column code (text) added" in reason, reason
         shown = cdcpipe("jobs", "status", group, env=env).stdout.splitlines()
         assert re.match(rf"\s+{job['category']}\s+PARKED: ", shown[1]), shown  # the worst first
+        listed = tables("list", env=env)
+        assert f"job        {job['category']} (table_mirror): stopped by an error: " in listed, listed
         overall = cdcpipe("status", env=env).stdout
         assert f"PARKED {job['category']}" in overall, overall
         # The others keep flowing while it is parked.
