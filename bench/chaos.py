@@ -9,12 +9,13 @@ commits deposits at a fixed rate, one transaction each: it adds the amount to a 
 Two relays (a leader and a standby) publish the events; a Debezium connector captures the table. Five
 streaming jobs (Spark, trigger 1 s) build every kind of read model at once:
 - event_log and latest_state and the example balance projection, from the events;
-- table_mirror and table_history, from the table's change events.
+- table_mirror and table_history, from the table's change events, as one table group (one driver for both,
+  as `tables add --group` makes them).
 Every `--every` seconds one fault, the kinds in a shuffled rotation (a rotation once begun is finished, so
 even the shortest run has every fault), once the connector's task runs again after the last one (one fault at
 a time):
 - relay: SIGKILL the leading relay (the standby takes over; the killed one comes back as the standby);
-- job: SIGKILL one job's Spark driver mid-stream (each job in turn), then `cdcpipe jobs submit` it again;
+- job: SIGKILL one driver mid-stream (each in turn, the group's too), then `cdcpipe jobs submit` it again;
 - connect: SIGKILL the Kafka Connect worker, start it again (Debezium sends again what it had not committed);
 - kafka: stop the broker, leave it down 10 s (`--kafka-down-s`), start it again;
 - postgres: crash it (SIGQUIT: immediate shutdown, then crash recovery), start it again.
@@ -65,12 +66,14 @@ from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.emit import emit
 from schemas.topics import PrefixGrant
+from streaming_jobs.jobs.spec import table_job_name
 
 RESULTS = Path(__file__).parent / "results" / "chaos.json"
 PARTITIONS = 3
 KEYS = 50
 FAULTS = ("relay", "job", "connect", "kafka", "postgres")
-KINDS = ("event_log", "latest_state", "projection", "table_mirror", "table_history")
+GROUP = "tables"  # the table group running the table kinds' jobs
+DRIVERS = ("event_log", "latest_state", "projection", GROUP)
 CATCH_UP_S = 600.0
 RECOVERY_S = 120.0  # how long a connector task may take to run again after a fault before the next one
 
@@ -186,8 +189,14 @@ class Soak:
     def work(self) -> Path:
         return Path(self.env["CDCPIPE_LOCAL_LAKE"]) / f"_chaos_{self.tag}"
 
-    def job(self, kind: str) -> str:
-        return f"chaos_{self.tag}_{kind}"
+    def job(self, driver: str) -> str:
+        """The job a driver runs (an event kind's, or the table group's)."""
+        return f"chaos_{self.tag}_{driver}"
+
+    def table(self, kind: str) -> Path:
+        """Where a kind's read model is: the table group's members are named after the table."""
+        member = table_job_name(f"{self.schema}.accounts", kind.removeprefix("table_"))
+        return self.work / (member if kind in ("table_mirror", "table_history") else kind)
 
     @property
     def job_env(self) -> dict[str, str]:
@@ -197,7 +206,7 @@ class Soak:
             "CDCPIPE_LAKE": str(self.work),
             "CDCPIPE_RUN_DIR": str(self.work / "run"),  # the jobs' pid files, which the job faults read
             "CDCPIPE_TABLE_CONTRACT_DIRS": str(self.work / "contracts"),
-            "CDCPIPE_SPARK_DRIVER_MEMORY": "1g",  # five drivers share the machine
+            "CDCPIPE_SPARK_DRIVER_MEMORY": "1g",  # four drivers share the machine
             "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(self.settings, "jobs")),
         }
 
@@ -304,18 +313,19 @@ def prepare(soak: Soak) -> list[checks.Event]:
     shutil.copy(EXAMPLES / "jobs" / "balances.py", jobs)  # the projection job's module, beside its file
     common = 'trigger = "1s"\n'
     events = f'topics = ["{soak.event_topic}"]\n'
-    changes = f'topics = ["{soak.change_topic}"]\nsource_table = "{soak.schema}.accounts"\n'
     bodies = {
         "event_log": events,
         "latest_state": events,
         "projection": events + 'projection = "balances:apply"\n',
-        "table_mirror": changes,
-        "table_history": changes,
     }
     for kind, body in bodies.items():
         (jobs / f"{soak.job(kind)}.toml").write_text(
             f'name = "{soak.job(kind)}"\nkind = "{kind}"\ntable = "{kind}"\n{common}{body}'
         )
+    (jobs / f"{soak.job(GROUP)}.toml").write_text(
+        f'name = "{soak.job(GROUP)}"\nkind = "table_group"\nmembers = ["mirror", "history"]\n{common}'
+        f'tables = ["{soak.schema}.accounts"]\ntopics = ["{soak.change_topic}"]\n'
+    )
     return opened
 
 
@@ -359,10 +369,24 @@ def takeover(dsn: str, old: int) -> float:
     return wait_for(lambda: leader_pid(dsn) not in (None, old), 60, "a standby takeover")
 
 
-def job_pid(soak: Soak, kind: str) -> int | None:
-    pid_file = soak.work / "run" / f"{soak.job(kind)}.pid"
+def job_pid(soak: Soak, driver: str) -> int | None:
+    pid_file = soak.work / "run" / f"{soak.job(driver)}.pid"
     pid = int(pid_file.read_text().split()[0]) if pid_file.exists() else None
     return pid if pid is not None and Path(f"/proc/{pid}").exists() else None
+
+
+def _parked(soak: Soak) -> dict[str, str]:
+    """The group's tables parked (stopped by an error while the group's driver runs), with why."""
+    done = subprocess.run(
+        [sys.executable, "-m", "cdcpipe", "jobs", "status", soak.job(GROUP), "--json"],
+        env=soak.job_env,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return {}  # not answering now (Kafka down): the next check sees it
+    members = json.loads(done.stdout).get("members") or []
+    return {m["name"]: m["last_error"] for m in members if m.get("last_error")}
 
 
 def read_topic(kafka: KafkaSettings, topic: str) -> list[tuple[int, int, bytes, str]]:
@@ -396,7 +420,7 @@ def verdicts(soak: Soak, generator: Generator) -> dict[str, checks.Verdict]:
             str(r[0]): {"id": r[0], "owner": r[1], "balance": r[2], "changes": r[3]}
             for r in conn.execute(sql.SQL("SELECT id, owner, balance, changes FROM {}").format(soak.accounts))
         }
-    logged = delta_rows(soak.work / "event_log", ["event_id"])
+    logged = delta_rows(soak.table("event_log"), ["event_id"])
     in_log = {str(r["event_id"]) for r in logged}
     maybe = {e.event_id for e in generator.maybe}
     # A cut-off commit landed if its event did: the table's update and the event are one transaction.
@@ -404,17 +428,17 @@ def verdicts(soak: Soak, generator: Generator) -> dict[str, checks.Verdict]:
     return {
         "event_log": checks.event_log({e.event_id for e in generator.committed}, maybe, logged),
         "latest_state": checks.latest_state(
-            landed, delta_rows(soak.work / "latest_state", ["aggregate_id", "event_id"])
+            landed, delta_rows(soak.table("latest_state"), ["aggregate_id", "event_id"])
         ),
         "projection": checks.projection(
             {k: int(v["balance"]) for k, v in table.items()},
-            delta_rows(soak.work / "projection", ["account_id", "balance"]),
+            delta_rows(soak.table("projection"), ["account_id", "balance"]),
         ),
         "table_mirror": checks.mirror(
-            table, delta_rows(soak.work / "table_mirror", ["id", "owner", "balance", "changes"]), ("balance", "changes")
+            table, delta_rows(soak.table("table_mirror"), ["id", "owner", "balance", "changes"]), ("balance", "changes")
         ),
         "table_history": checks.history(
-            table, delta_rows(soak.work / "table_history", ["id", "changes", "_lsn", "is_current"])
+            table, delta_rows(soak.table("table_history"), ["id", "changes", "_lsn", "is_current"])
         ),
     }
 
@@ -458,15 +482,15 @@ def soak_run(
 
     relays = soak.relays
     relays += [relay(), relay()]
-    for kind in KINDS:
-        cdcpipe(soak.job_env, "jobs", "submit", soak.job(kind))
+    for driver in DRIVERS:
+        cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
     generator = Generator(soak.dsn, soak.names, soak.accounts, args.rate, args.seed)
     generator.committed.extend(opened)
     generator.start()
     rng = random.Random(args.seed)  # noqa: S311 - a reproducible fault order, not a secret
     faults: list[dict[str, Any]] = []
     rotation: list[str] = []
-    victims = iter(KINDS * 1000)
+    victims = iter(DRIVERS * 1000)
     died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
     began = time.monotonic()
 
@@ -475,10 +499,15 @@ def soak_run(
             if r.poll() is not None:
                 died.append(f"relay pid {r.pid} exited by itself ({r.returncode}) before {when}")
                 relays[relays.index(r)] = relay()
-        for kind in KINDS:
-            if job_pid(soak, kind) is None:
-                died.append(f"job {soak.job(kind)} stopped by itself before {when}; see its log under {soak.work}")
-                cdcpipe(soak.job_env, "jobs", "submit", soak.job(kind))
+        for driver in DRIVERS:
+            if job_pid(soak, driver) is None:
+                died.append(f"job {soak.job(driver)} stopped by itself before {when}; see its log under {soak.work}")
+                cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
+        parked = _parked(soak)
+        if parked:  # a table of the group stopped by an error: a finding; the group started again to go on
+            died.append(f"group {soak.job(GROUP)} parked {parked} before {when}; see its log under {soak.work}")
+            cdcpipe(soak.job_env, "jobs", "stop", soak.job(GROUP))
+            cdcpipe(soak.job_env, "jobs", "submit", soak.job(GROUP))
         with soak.connect() as client:
             if "FAILED" in _tasks(client, soak.connector):
                 died.append(f"connector {soak.connector}'s task failed before {when}")
@@ -522,12 +551,12 @@ def soak_run(
                     detail["takeover_s"] = round(takeover(soak.dsn, victim.pid), 1)
                     relays[relays.index(victim)] = relay()
             elif fault == "job":
-                kind = next(victims)
-                detail["job"] = kind
-                if (pid := job_pid(soak, kind)) is not None:
+                driver = next(victims)
+                detail["job"] = driver
+                if (pid := job_pid(soak, driver)) is not None:
                     os.kill(pid, signal.SIGKILL)
                     time.sleep(1)
-                cdcpipe(soak.job_env, "jobs", "submit", soak.job(kind))
+                cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
             elif fault == "connect":
                 replace(Connect(settings).process, stop_signal=signal.SIGKILL).stop()
                 local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
@@ -594,9 +623,9 @@ def soak_run(
 
 def stop_parts(soak: Soak) -> None:
     """Stop the run's jobs and relays (also when the run failed: nothing of it may outlive it)."""
-    for kind in KINDS:
+    for driver in DRIVERS:
         with contextlib.suppress(SystemExit):
-            cdcpipe(soak.job_env, "jobs", "stop", soak.job(kind))
+            cdcpipe(soak.job_env, "jobs", "stop", soak.job(driver))
     for r in soak.relays:
         if r.poll() is None:
             r.send_signal(signal.SIGTERM)

@@ -552,8 +552,7 @@ def _group_steps(
 
 def _restart(settings: Settings, name: str) -> Callable[[], None]:
     def restart() -> None:
-        with control.paused(settings.jobs, name):
-            pass
+        control.restart(settings.jobs, name)
 
     return restart
 
@@ -809,6 +808,7 @@ def listing(settings: Settings) -> list[TableLine]:
     kafka = settings.topics.kafka.client_config()
     progress = progress_of(kafka, connector.notifications_topic(config)) if config else {}
     jobs = load_all(list(settings.jobs.jobs_dirs)) if settings.jobs.jobs_dirs else {}
+    states = _job_states(settings, [spec.name for spec in jobs.values() if spec.source_table in tables])
     lines = []
     for table in tables:
         try:
@@ -823,7 +823,7 @@ def listing(settings: Settings) -> list[TableLine]:
             )
         captured = connector.captured_by(config, table) is not None
         readers = [
-            JobLine(spec.name, spec.kind, *_job_state(settings, spec.name))
+            JobLine(spec.name, spec.kind, *states.get(spec.name, (False, None, None)))
             for spec in sorted(jobs.values(), key=lambda s: s.name)
             if spec.source_table == table
         ]
@@ -855,9 +855,10 @@ def progress_of(kafka: dict[str, Any], topic: str) -> dict[str, Any]:
     return progress.latest(kafka, topic)
 
 
-def _job_state(settings: Settings, name: str) -> tuple[bool, int | None, str | None]:
+def _job_states(settings: Settings, names: list[str]) -> dict[str, tuple[bool, int | None, str | None]]:
+    """Whether each job runs, its lag and what stopped it; none when its status cannot be read."""
     try:
-        report = control.status(settings.jobs, name)
+        reports = control.statuses(settings.jobs, names)
     except CdcpipeError:
-        return False, None, None
-    return report.running, report.total_lag, report.last_error
+        return {}
+    return {r.name: (r.running, r.total_lag, r.last_error) for r in reports}

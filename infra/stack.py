@@ -265,6 +265,8 @@ def env_values(settings: StackSettings) -> dict[str, str]:
     if SparkMaster(settings).process.pid() is not None:
         # Jobs read CDCPIPE_SPARK_MASTER: with the cluster up, they run on it (each capped by spark_cores_max).
         values["CDCPIPE_SPARK_MASTER"] = settings.spark_master_url
+        # Its web UI's JSON says whether a job's application holds executors (`jobs status`, `cdcpipe status`).
+        values["CDCPIPE_SPARK_MASTER_UI_URL"] = f"http://127.0.0.1:{settings.spark_master_ui_port}"
         # A path, not the secret: the cluster admits only applications that know it (spark.authenticate).
         values["CDCPIPE_SPARK_AUTHENTICATE_SECRET_FILE"] = str(secret_file(settings, "spark_authenticate_secret"))
     return values

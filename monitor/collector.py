@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -33,6 +33,7 @@ from monitor.errors import MonitorError
 from outbox_relay.redrive import RelayStatus
 from schemas.config import OutboxNames
 from streaming_jobs.config import JobsSettings
+from streaming_jobs.run import cluster
 from streaming_jobs.run.metrics import stale_targets
 
 log = logging.getLogger(__name__)
@@ -94,8 +95,27 @@ class PipelineCollector(Collector):
         for driver in jobs.value or []:
             running.add_metric([driver.name], 0 if driver.pid is None else 1)
         yield running
+        if any(driver.pid is not None for driver in jobs.value or []):
+            yield from self._executors([d.name for d in jobs.value or [] if d.pid is not None], answered)
         yield up
         yield took
+
+    def _executors(self, names: list[str], answered: Callable[[str, readings.Reading[Any]], None]) -> Iterator[Metric]:
+        """Cores each running job's application holds, as a standalone master reports (none: no such master)."""
+        found = readings.read(lambda: cluster.read(self.jobs))
+        if found.value is None:
+            return
+        answered("spark-master", found)
+        cores = GaugeMetricFamily(
+            "cdcpipe_job_executor_cores",
+            "cores the executors of the job's Spark application hold on the standalone cluster (0: it runs no batch)",
+            labels=["job"],
+        )
+        for name in names:
+            held = found.value.cores_of(name)
+            if held is not None:
+                cores.add_metric([name], held)
+        yield cores
 
 
 def _connector_metrics(found: list[readings.Connector]) -> Iterator[Metric]:

@@ -239,7 +239,8 @@ def _job_line(report: control.JobStatus, pid: int, more: str) -> Line:
         return Line(FAIL, f"job {report.name}", f"{says}; topics missing: {', '.join(report.missing_topics)}", more)
     if report.dead_letters:
         return Line(WARN, f"job {report.name}", says, f"{more}; its table's _dead_letters hold the reasons")
-    if report.last_batch_id is None and report.total_lag:
-        # A driver that holds no executors (a cluster's cores all taken) never runs a batch: not OK.
-        return Line(WARN, f"job {report.name}", f"{says}: it has not run a batch yet", more)
+    if report.stalled:
+        # A driver without executors (a cluster's cores all taken), or with records and no batch: never OK, and
+        # FAIL once it has been so for longer than a start and a first batch take.
+        return Line(FAIL if report.stuck else WARN, f"job {report.name}", f"{says}; {report.stalled}", more)
     return Line(OK, f"job {report.name}", says, more)

@@ -72,6 +72,11 @@ class JobsSettings(StageSettings):
         description="cores per executor on a standalone cluster; unset: spark_cores_max (one executor per job). "
         "Fewer spreads a job's executors over the workers",
     )
+    spark_master_ui_url: str | None = Field(
+        None,
+        description="a standalone master's web UI (http://HOST:PORT), whose JSON says whether each job's application "
+        "holds executors; unset: the master's host, port 8080",
+    )
     spark_authenticate_secret_file: Path | None = Field(
         None,
         description="file holding the standalone cluster's shared secret (spark.authenticate); for spark:// masters",

@@ -30,6 +30,10 @@ REDUCE = typer.Option(
     "--no-reduce has Spark read every record",
 )
 SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone, or topic:partition:offset,..."
+# Options backfill, replay, rewind and accept-topics share: one table of a table group.
+TABLE = typer.Option(
+    None, "--table", help="of a table group: the table (schema.name) whose job to work on; the others go on"
+)
 
 
 @app.command("submit")
@@ -78,6 +82,8 @@ def jobs_status(name: str, as_json: bool = typer.Option(False, "--json", help="p
     if report.last_error:
         state = f"stopped by an error: {report.last_error}"
     typer.echo(f"{report.name} ({report.kind}): {state}")
+    if report.stalled:
+        typer.echo(f"  {'NOT PROGRESSING' if report.stuck else 'not progressing yet'}: {report.stalled}")
     if report.members:
         # The worst first: parked, then the most behind.
         for member in sorted(report.members, key=lambda m: (m.last_error is None, -m.total_lag, m.name)):
@@ -135,26 +141,32 @@ def jobs_optimize(name: str) -> None:
 
 
 @app.command("rewind")
-def jobs_rewind(name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}")) -> None:
+def jobs_rewind(
+    name: str, to: str = typer.Option(..., "--to", help=f"where to resume: {SPEC_HELP}"), table: str | None = TABLE
+) -> None:
     """Resume the job from an earlier position (a new checkpoint); rows it holds are not applied twice."""
-    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands, positions
 
     settings = JobsSettings.load()
-    where, before, after = commands.rewind(settings, find_job(name, list(settings.jobs_dirs)), positions.parse(to))
+    spec = one_job(name, list(settings.jobs_dirs), table)
+    name = spec.name
+    where, before, after = commands.rewind(settings, spec, positions.parse(to))
     for (topic, partition), offset in sorted(after.items()):
         typer.echo(f"  {topic}[{partition}]: {before[(topic, partition)]} -> {offset}")
     typer.echo(f"{name}: resumes from these offsets with checkpoint {where.checkpoint}")
 
 
 @app.command("accept-topics")
-def jobs_accept_topics(name: str) -> None:
+def jobs_accept_topics(name: str, table: str | None = TABLE) -> None:
     """Take the job's topics as they are now, after one was deleted and created again or gained partitions."""
-    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands
 
     settings = JobsSettings.load()
-    accepted = commands.accept_topics(settings, find_job(name, list(settings.jobs_dirs)))
+    spec = one_job(name, list(settings.jobs_dirs), table)
+    name = spec.name
+    accepted = commands.accept_topics(settings, spec)
     if not accepted.changed:
         typer.echo(f"{name}: its topics are those its table holds offsets of; nothing to accept")
     for topic in accepted.changed:
@@ -169,13 +181,15 @@ def backfill_command(
     end: str = typer.Option("latest", "--to", help=f"where it ends (exclusive): {SPEC_HELP}"),
     chunk_size: int = CHUNK_SIZE,
     reduce: bool = REDUCE,
+    table: str | None = TABLE,
 ) -> None:
     """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
-    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands, positions
 
     settings = JobsSettings.load()
-    spec = find_job(job, list(settings.jobs_dirs))
+    spec = one_job(job, list(settings.jobs_dirs), table)
+    job = spec.name
     outcome = commands.backfill(
         settings, spec, positions.parse(start), positions.parse(end), chunk_size=chunk_size, reduce=reduce
     )
@@ -195,13 +209,15 @@ def replay_command(
     swap: bool = typer.Option(False, "--swap", help="then switch the job to it and resume streaming from there"),
     chunk_size: int = CHUNK_SIZE,
     reduce: bool = REDUCE,
+    table: str | None = TABLE,
 ) -> None:
     """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
-    from streaming_jobs.jobs.spec import find as find_job
+    from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands
 
     settings = JobsSettings.load()
-    spec = find_job(job, list(settings.jobs_dirs))
+    spec = one_job(job, list(settings.jobs_dirs), table)
+    job = spec.name
     done = commands.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)
     typer.echo(
         f"{job}: rebuilt {done.location.table} from {done.rebuild.span.total} records "

@@ -70,6 +70,8 @@ class Collector(Service):
                 "CDCPIPE_CONNECT_PASSWORD_FILE": str(self.connect_password_file),
                 "CDCPIPE_COLLECTOR_PORT": str(collector_port(self.settings)),
                 "CDCPIPE_METRICS_TARGETS_DIR": str(self.settings.metrics_targets),
+                # Whether each job's application holds executors (none answers when the cluster is not started).
+                "CDCPIPE_SPARK_MASTER_UI_URL": f"http://127.0.0.1:{self.settings.spark_master_ui_port}",
             }
         )
         return env

@@ -57,8 +57,10 @@ def scrape_config(settings: StackSettings) -> dict[str, object]:
                 for name, port in (("kafka", settings.kafka_metrics_port), ("connect", settings.connect_metrics_port))
                 if port
             ],
+            # A table group's driver labels each table's series with that table's job: kept over the target's.
             {
                 "job_name": "cdcpipe-jobs",
+                "honor_labels": True,
                 "file_sd_configs": [
                     {"files": [str(settings.metrics_targets / "job-*.json")], "refresh_interval": interval}
                 ],

@@ -316,12 +316,43 @@ def check_name(name: str) -> str:
 def find(name: str, folders: list[Path]) -> JobSpec:
     """The job called `name`, or an error listing the jobs there are."""
     check_name(name)
+    return pick(name, load_all(folders) if folders else {}, folders)
+
+
+def one_job(name: str, folders: list[Path], table: str | None = None) -> JobSpec:
+    """The job a range command (backfill, replay, rewind, accept-topics) works on: `name`, or a group's table's.
+
+    A group is many jobs: one of its tables is named (`table`), or the table's job itself.
+    """
+    spec = find(name, folders)
+    if table is None:
+        if spec.kind == GROUP:
+            raise StreamingError(
+                f"job {name} is a table group ({spec.file}): name one of its tables with --table ("
+                f"{', '.join(spec.tables)}), or that table's job (`cdcpipe jobs status {name}` lists them)"
+            )
+        return spec
+    if spec.kind != GROUP:
+        raise StreamingError(f"--table {table}: job {name} is a {spec.kind}, not a table group; leave --table out")
+    jobs = [m for m in spec.member_jobs() if m.source_table == table]
+    if not jobs:
+        raise StreamingError(f"table group {name} has no table {table!r}; its tables: {', '.join(spec.tables)}")
+    if len(jobs) > 1:
+        raise StreamingError(
+            f"table group {name} runs {len(jobs)} jobs of {table}: name the one to work on "
+            f"({' or '.join(j.name for j in jobs)}) instead of the group"
+        )
+    return jobs[0]
+
+
+def pick(name: str, jobs: dict[str, JobSpec], folders: list[Path]) -> JobSpec:
+    """The job called `name` among those `load_all` read from these folders, or an error listing them."""
+    check_name(name)
     if not folders:
         raise StreamingError(
             f"no job named {name!r}: no job folder is set; set CDCPIPE_JOBS_DIRS to your folder(s) of job files "
             "(colon-separated; examples/jobs holds the demo's)"
         )
-    jobs = load_all(folders)
     if name not in jobs:
         known = ", ".join(sorted(jobs)) or "none"
         raise StreamingError(

@@ -14,20 +14,22 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cdcpipe.common.processes import RUN_MARK, TrackedProcess
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs.spec import GROUP, JobSpec, check_name, find, load_all
+from streaming_jobs.jobs.spec import GROUP, JobSpec, check_name, find, load_all, pick
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.offsets import KafkaPositions
+from streaming_jobs.offsets import KafkaPositions, Offsets
 from streaming_jobs.once import sources
 from streaming_jobs.once.checkpoints import committed_offsets, read_progress
+from streaming_jobs.run import cluster
 from streaming_jobs.run.metrics import stale_targets
 
 
@@ -82,14 +84,41 @@ def paused(settings: JobsSettings, name: str) -> Iterator[bool]:
     """Stop the job gracefully if it runs, and start it again afterwards the way it was submitted.
 
     Yields whether it was running. If the block fails, the job stays stopped: the error is the user's to read
-    before anything resumes.
+    before anything resumes. A table group's job pauses its group's driver: the group's other tables resume
+    from their own checkpoints, re-reading nothing.
     """
-    was_running = stop(settings, name)
+    driver = _driver_of(settings, name)
+    was_running = stop(settings, driver)
     yield was_running
     if was_running:
-        path = _submitted(settings, name)
-        args = json.loads(path.read_text()) if path.exists() else {}
-        submit(settings, name, master=args.get("master"), trigger=args.get("trigger"))
+        _resubmit(settings, driver)
+
+
+def _driver_of(settings: JobsSettings, name: str) -> str:
+    """The name the job's driver runs under: its group's, for a table group's job."""
+    try:
+        declared = load_all(list(settings.jobs_dirs)) if settings.jobs_dirs else {}
+    except StreamingError:
+        return name  # a job file broken since: its own driver, if any, is the one to stop
+    spec = declared.get(name)
+    return spec.group if spec is not None and spec.group else name
+
+
+def restart(settings: JobsSettings, name: str) -> bool:
+    """Stop the job gracefully if it runs and start it again the way it was submitted (a group re-reads its file).
+
+    False if it was not running: it is not started then.
+    """
+    was_running = stop(settings, name)
+    if was_running:
+        _resubmit(settings, name)
+    return was_running
+
+
+def _resubmit(settings: JobsSettings, name: str) -> None:
+    path = _submitted(settings, name)
+    args = json.loads(path.read_text()) if path.exists() else {}
+    submit(settings, name, master=args.get("master"), trigger=args.get("trigger"))
 
 
 def stop(settings: JobsSettings, name: str, timeout_s: float = 180) -> bool:
@@ -119,6 +148,10 @@ class PartitionLag:
     latest_offset: int
     lag: int
 
+
+# A driver that has run this long with records to read and no batch done (or no executor) makes no progress:
+# a start and a first batch take well under it on 2 cores shared with the whole stack.
+NO_PROGRESS_S = 120.0
 
 # The line a driver's log ends with when the job died of an error (streaming_jobs.run.runner.main).
 ERROR_MARK = "error: "
@@ -161,6 +194,13 @@ class JobStatus:
     last_error: str | None  # what a job that is not running died of (a group's member: what parked it)
     group: str | None = None  # the table group it runs in
     members: list[JobStatus] = field(default_factory=list)  # a group's jobs, each table's mirror or history
+    running_s: float | None = None  # how long its driver has run (since `jobs submit`)
+    stalled: str | None = None  # why a running driver makes no progress (no executor, no batch with records to read)
+
+    @property
+    def stuck(self) -> bool:
+        """Making no progress for longer than NO_PROGRESS_S: FAIL, not WARN."""
+        return self.stalled is not None and (self.running_s or 0) >= NO_PROGRESS_S
 
     @property
     def total_lag(self) -> int:
@@ -172,21 +212,61 @@ class JobStatus:
         return [m for m in self.members if m.last_error]
 
 
-def lag(settings: JobsSettings, spec: JobSpec) -> list[PartitionLag]:
-    """Per partition of the job's topics: the latest offset minus the checkpoint's."""
+def lag(settings: JobsSettings, spec: JobSpec, high: Offsets) -> list[PartitionLag]:
+    """Per partition of the job's topics: the latest offset (`high`, of every job's topics) minus the checkpoint's."""
     reached = committed_offsets(locations.current(spec, settings.lake_root()).checkpoint)
-    with KafkaPositions(settings.kafka) as kafka:
-        high = kafka.watermarks(spec.topics, missing_ok=True).high  # a missing topic: `missing_topics` says so
     rows = []
     for (topic, partition), end in sorted(high.items()):
-        at = reached.get((topic, partition))
-        rows.append(PartitionLag(topic, partition, at, end, end - (at or 0)))
+        if topic in spec.topics:
+            at = reached.get((topic, partition))
+            rows.append(PartitionLag(topic, partition, at, end, end - (at or 0)))
     return rows
 
 
 def status(settings: JobsSettings, name: str) -> JobStatus:
     """The job's process, its last progress, and its lag."""
-    spec = find(name, list(settings.jobs_dirs))
+    return statuses(settings, [name])[0]
+
+
+def statuses(settings: JobsSettings, names: list[str]) -> list[JobStatus]:
+    """Each job's status, from one reading of the job files and one of the latest offsets of all their topics.
+
+    A group of a hundred tables is one call to Kafka, not one per member.
+    """
+    folders = list(settings.jobs_dirs)
+    jobs = load_all(folders) if folders else {}
+    specs = [pick(name, jobs, folders) for name in names]
+    topics = {t for spec in specs for job in [spec, *_members(spec)] for t in job.topics}
+    with KafkaPositions(settings.kafka) as kafka:
+        # A topic that does not exist (or the job may not describe) has no partition here: `missing_topics` says so.
+        high = kafka.watermarks(sorted(topics), missing_ok=True).high
+    reports = [_status(settings, spec, high) for spec in specs]
+    if any(r.running and not r.group for r in reports):
+        on = cluster.read(settings)
+        reports = [_progressing(r, on, _running_s(settings, r)) if r.running and not r.group else r for r in reports]
+    return reports
+
+
+def _running_s(settings: JobsSettings, report: JobStatus) -> float | None:
+    try:
+        return time.time() - tracked(settings, report.name).pid_file.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _progressing(report: JobStatus, on: cluster.Cluster | None, running_s: float | None) -> JobStatus:
+    """The report with why its driver makes no progress, if it makes none: no executor, or no batch yet."""
+    stalled = on.starved(report.name) if on is not None else None
+    if stalled is None and report.last_batch_id is None and report.total_lag:
+        stalled = f"no batch done in {running_s or 0:.0f} s with {report.total_lag} records to read"
+    return replace(report, running_s=running_s, stalled=stalled)
+
+
+def _members(spec: JobSpec) -> list[JobSpec]:
+    return spec.member_jobs() if spec.kind == GROUP else []
+
+
+def _status(settings: JobsSettings, spec: JobSpec, high: Offsets) -> JobStatus:
     process = tracked(settings, spec.group or spec.name)  # a group's member runs in the group's driver
     where = locations.current(spec, settings.lake_root())
     record = read_progress(where.checkpoint) if spec.kind != GROUP else {}
@@ -194,7 +274,7 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
     pid = process.pid()
     parked = record.get("error") if spec.group else None
     if spec.kind == GROUP:
-        members = [status(settings, m.name) for m in spec.member_jobs()]
+        members = [_status(settings, m, high) for m in _members(spec)]
         return JobStatus(
             name=spec.name,
             kind=spec.kind,
@@ -214,6 +294,7 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
             last_error=None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES)),
             members=members,
         )
+    present = {topic for topic, _ in high}
     return JobStatus(
         name=spec.name,
         kind=spec.kind,
@@ -227,8 +308,8 @@ def status(settings: JobsSettings, name: str) -> JobStatus:
         batch_duration_ms=(progress.get("durationMs") or {}).get("triggerExecution"),
         applied=record.get("applied"),
         dead_letters=record.get("dead_letters"),
-        lag=lag(settings, spec),
-        missing_topics=sources.missing(settings, spec),
+        lag=lag(settings, spec, high),
+        missing_topics=[t for t in spec.topics if t not in present],
         log_tail=[] if pid is not None or spec.group else process.log_tail(10),
         last_error=parked or (None if pid is not None else last_error(process.log_tail(ERROR_SEARCH_LINES))),
         group=spec.group,

@@ -4,6 +4,9 @@ The driver serves on a free port and writes `<CDCPIPE_METRICS_TARGETS_DIR>/job-<
 file-based discovery: the address, and the labels `job` and `kind`), removed when the job ends; `cdcpipe jobs
 stop` removes it too, and a file whose driver died is dropped by whoever lists them (`stale_targets`). Every
 series of the driver thus carries `job="<name>"`, `kind="<kind>"` in Prometheus, with no file edited by hand.
+A table group's driver serves once for all its tables (`GroupMetrics`): each series carries its table's own
+job and kind as labels (kept over the target's by the scrape's `honor_labels`), so one series per table and
+metric, bounded by the group's tables, and `cdcpipe_job_parked` says which tables are parked.
 
 Everything is updated from what the runner has at hand after a batch (its counts, its Phases, Spark's progress
 report): no Spark job and no Kafka request is made for a metric.
@@ -14,10 +17,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
+from prometheus_client.metrics_core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from cdcpipe.common.metrics import LATENCY_BUCKETS, BatchHistogram, serve
 from cdcpipe.common.processes import running
@@ -27,12 +33,47 @@ from streaming_jobs.phases import Phases
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300)
 
 
-class JobMetrics:
-    """Every metric of one job's driver, in a registry of its own."""
+class _Served:
+    """A registry served on a free port of 127.0.0.1 under a target file of its own while the driver runs."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.registry = CollectorRegistry()
+        self._server: Any = None
+        self._target: Path | None = None
+
+    def start(self, targets_dir: Path | None) -> int:
+        """Serve on a free port of 127.0.0.1, and write the target file when a folder is given; the port."""
+        self._server = serve(self.registry, 0)
+        port: int = self._server.server_port
+        if targets_dir is not None:
+            targets_dir.mkdir(parents=True, exist_ok=True)
+            self._target = target_file(targets_dir, self.spec.name)
+            labels = {"job": self.spec.name, "kind": self.spec.kind, "__meta_pid": str(os.getpid())}
+            # Replaced whole, never seen half-written; Prometheus reads it as another user (an address, no secret).
+            partial = self._target.with_suffix(".tmp")
+            partial.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": labels}]))
+            partial.chmod(0o644)
+            partial.replace(self._target)
+        return port
+
+    def close(self) -> None:
+        """Stop serving and remove the target file (only if it is still this driver's)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._target is not None and target_pid(self._target) == os.getpid():
+            self._target.unlink(missing_ok=True)
+        self._target = None
+
+
+class JobMetrics(_Served):
+    """Every metric of one job, in a registry of its own (served by its driver, or by its group's)."""
 
     def __init__(self, spec: JobSpec, trigger_s: float | None) -> None:
-        self.spec = spec
-        r = self.registry = CollectorRegistry()
+        super().__init__(spec)
+        r = self.registry
         info = Gauge("cdcpipe_job_info", "1, labelled with the job's name and kind", ["name", "kind"], registry=r)
         info.labels(spec.name, spec.kind).set(1)
         self.trigger = Gauge(
@@ -68,8 +109,6 @@ class JobMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self._server: Any = None
-        self._target: Path | None = None
 
     def after_batch(self, phases: Phases, applied: int, dead: int) -> None:
         """Count a batch that held records, and the latency of each valid one."""
@@ -90,30 +129,50 @@ class JobMetrics:
                 behind = max(0, offset - planned.get((topic, partition), offset))
                 self.lag.labels(topic, str(partition)).set(behind)
 
-    def start(self, targets_dir: Path | None) -> int:
-        """Serve on a free port of 127.0.0.1, and write the target file when a folder is given; the port."""
-        self._server = serve(self.registry, 0)
-        port: int = self._server.server_port
-        if targets_dir is not None:
-            targets_dir.mkdir(parents=True, exist_ok=True)
-            self._target = target_file(targets_dir, self.spec.name)
-            labels = {"job": self.spec.name, "kind": self.spec.kind, "__meta_pid": str(os.getpid())}
-            # Replaced whole, never seen half-written; Prometheus reads it as another user (an address, no secret).
-            partial = self._target.with_suffix(".tmp")
-            partial.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": labels}]))
-            partial.chmod(0o644)
-            partial.replace(self._target)
-        return port
 
-    def close(self) -> None:
-        """Stop serving and remove the target file (only if it is still this driver's)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._target is not None and target_pid(self._target) == os.getpid():
-            self._target.unlink(missing_ok=True)
-        self._target = None
+class GroupMetrics(_Served):
+    """A table group driver's one server: each member's metrics labelled with its job and kind, and who is parked."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        super().__init__(spec)
+        self.members: dict[str, JobMetrics] = {}
+        self.parked: set[str] = set()
+        self.registry.register(_Members(self))
+
+    def add(self, member: JobMetrics) -> None:
+        self.members[member.spec.name] = member
+
+    def park(self, member: JobSpec) -> None:
+        self.parked.add(member.name)
+
+
+class _Members(Collector):
+    """The members' registries as one exposition: a family per metric, a series per member (and its labels)."""
+
+    def __init__(self, group: GroupMetrics) -> None:
+        self.group = group
+
+    def collect(self) -> Iterator[Metric]:
+        group = self.group
+        parked = GaugeMetricFamily(
+            "cdcpipe_job_parked",
+            "1 while the table's job is parked: stopped by an error while the rest of its group runs",
+            labels=["job", "kind", "group"],
+        )
+        names = sorted({*group.members, *group.parked})
+        kinds = {name: m.spec.kind for name, m in group.members.items()}
+        for name in names:
+            parked.add_metric([name, kinds.get(name, ""), group.spec.name], 1 if name in group.parked else 0)
+        yield parked
+        families: dict[str, Metric] = {}
+        for name, member in sorted(group.members.items()):
+            own = {"job": name, "kind": member.spec.kind}
+            for family in member.registry.collect():
+                merged = families.setdefault(
+                    family.name, Metric(family.name, family.documentation, family.type, family.unit)
+                )
+                merged.samples += [sample._replace(labels={**sample.labels, **own}) for sample in family.samples]
+        yield from families.values()
 
 
 def target_file(targets_dir: Path, job: str) -> Path:

@@ -43,7 +43,7 @@ from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
 from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
-from streaming_jobs.run.metrics import JobMetrics
+from streaming_jobs.run.metrics import GroupMetrics, JobMetrics
 from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.sinks.scd import unpartitioned_history
 
@@ -88,7 +88,10 @@ class JobQuery:
         spark: SparkSession,
         registry: ContractRegistry,
         trigger: str | None,
+        *,
+        group: GroupMetrics | None = None,
     ) -> None:
+        """`group`: the table group's metrics, which serve this job's (else it serves its own)."""
         spec, where = prepared.spec, prepared.where
         self.spec, self.where, self.settings = spec, where, settings
         if spec.kind == "table_history" and unpartitioned_history(spark, where.table):
@@ -106,7 +109,9 @@ class JobQuery:
         self.metrics = JobMetrics(
             spec, None if self.chosen == "available-now" else spec.processing_seconds(self.chosen)
         )
-        if settings.metrics:
+        if group is not None:
+            group.add(self.metrics)
+        elif settings.metrics:
             port = self.metrics.start(settings.metrics_targets_dir)
             print(f"job {spec.name}: metrics on http://127.0.0.1:{port}/metrics", flush=True)
         self._written: tuple[object, ...] = ()
@@ -174,8 +179,8 @@ class JobQuery:
     def start(self) -> None:
         self.query = self.writer.queryName(self.spec.name).start()
 
-    def tick(self, stop: threading.Event) -> bool:
-        """Watch the query for up to a second; False once it ended (its error raised, if it died of one)."""
+    def tick(self, stop: threading.Event, wait_s: int = 1) -> bool:
+        """Watch the query for up to `wait_s` (0: a look); False once it ended (its error raised, if it died of one)."""
         query = self.query
         if query is None:
             raise StreamingError(f"job {self.spec.name}: watched before it started")
@@ -187,7 +192,8 @@ class JobQuery:
                         time.sleep(0.1)
                     query.stop()
                 else:
-                    query.awaitTermination(1)
+                    if wait_s > 0:
+                        query.awaitTermination(wait_s)
                     self._progress(query)
                     return True
             query.awaitTermination()  # raises the query's own error, if it died of one

@@ -28,7 +28,8 @@ from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs.spec import GROUP, JobSpec, find
 from streaming_jobs.once.checkpoints import write_progress
-from streaming_jobs.run import control, query
+from streaming_jobs.run import cluster, control, query
+from streaming_jobs.run.metrics import GroupMetrics
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def run(
         run_group(spec, settings, trigger=trigger, stop=stop)
         return
     prepared = query.prepare(spec, settings)
-    spark = build_spark_session(settings, app_name=f"cdcpipe-job-{spec.name}")
+    spark = build_spark_session(settings, app_name=cluster.application_name(spec.name))
     job = query.JobQuery(prepared, settings, spark, checked_registry(spark), trigger)
     error = None
     try:
@@ -65,42 +66,57 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
     fails on it), the others going on. It starts again with the group (`jobs stop` and `jobs submit` of the
     group), from its own checkpoint: the others' positions are theirs and untouched.
     """
+    jobs = spec.member_jobs()
+    metrics = GroupMetrics(spec)  # one server for every table's metrics, and which are parked
     members: list[query.Prepared] = []
-    for member in spec.member_jobs():
+    for member in jobs:
         try:
             members.append(query.prepare(member, settings))
         except CdcpipeError as exc:
+            metrics.park(member)
             _park(member, settings, one_line(exc))
     if not members:
         raise StreamingError(f"group {spec.name}: every table is parked (`cdcpipe jobs status {spec.name}`)")
-    spark = build_spark_session(settings, app_name=f"cdcpipe-group-{spec.name}")
+    spark = build_spark_session(settings, app_name=cluster.application_name(spec.name))
     registry = checked_registry(spark)
+    if settings.metrics:
+        port = metrics.start(settings.metrics_targets_dir)
+        print(f"group {spec.name}: metrics of every table on http://127.0.0.1:{port}/metrics", flush=True)
     running: list[query.JobQuery] = []
+
+    def park(job: query.JobQuery, exc: Exception) -> None:
+        metrics.park(job.spec)
+        job.close(_parked(job.spec, one_line(exc)))
+
     try:
         for prepared in members:
             try:
-                job = query.JobQuery(prepared, settings, spark, registry, trigger)
+                job = query.JobQuery(prepared, settings, spark, registry, trigger, group=metrics)
             except Exception as exc:  # its query could not be planned (its table unreadable, say)
+                metrics.park(prepared.spec)
                 _park(prepared.spec, settings, one_line(exc))
                 continue
             try:
                 job.start()
             except Exception as exc:
-                job.close(_parked(job.spec, one_line(exc)))
+                park(job, exc)
                 continue
             running.append(job)
-        print(f"group {spec.name}: {len(running)} of {len(spec.member_jobs())} jobs running", flush=True)
+        print(f"group {spec.name}: {len(running)} of {len(jobs)} jobs running", flush=True)
         while running:
+            # A look at each query, then a second's wait: not a second per query, which a group of a hundred
+            # tables would make a hundred seconds before a failed table was parked or a progress written.
             for job in list(running):
                 try:
-                    active = job.tick(stop)
+                    active = job.tick(stop, wait_s=0)
                 except Exception as exc:
-                    job.close(_parked(job.spec, one_line(exc)))
+                    park(job, exc)
                     running.remove(job)
                     continue
                 if not active:
                     job.close()
                     running.remove(job)
+            stop.wait(1.0)
     finally:
         for job in running:  # an error of the driver itself (not of one member): all stop, nothing parked
             job.stop_now()
@@ -108,6 +124,7 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
                 job.close()
             except Exception as exc:
                 log.warning("job %s: its last progress could not be written: %s", job.spec.name, exc)
+        metrics.close()
         spark.stop()
 
 
@@ -135,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name")
     parser.add_argument("--master")
     parser.add_argument("--trigger")
-    parser.add_argument("--jobs-dir", type=Path, action="append", help="folders of job files (default: the built-in)")
+    parser.add_argument(
+        "--jobs-dir", type=Path, action="append", help="folders of job files (default: CDCPIPE_JOBS_DIRS)"
+    )
     args = parser.parse_args(argv)
     settings = JobsSettings.load(**({"spark_master": args.master} if args.master else {}))
     spec = find(args.name, args.jobs_dir or list(settings.jobs_dirs))

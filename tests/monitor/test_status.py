@@ -7,6 +7,7 @@ from monitor import status
 from monitor.readings import Connector, Task, read
 from outbox_relay.redrive import RelayStatus, TopicStall
 from schemas.config import OutboxNames
+from streaming_jobs.run import cluster, control
 
 NAMES = OutboxNames()
 
@@ -89,3 +90,69 @@ def test_a_part_that_does_not_answer_is_an_error_not_an_exception() -> None:
     reading = read(boom)
     assert reading.value is None
     assert reading.error == "ConnectionError: refused"
+
+
+def job(**changes: object) -> control.JobStatus:
+    values: dict[str, object] = {
+        "name": "orders_mirror",
+        "kind": "table_mirror",
+        "table": "/lake/orders_mirror",
+        "checkpoint": "/lake/_checkpoints/orders_mirror",
+        "running": True,
+        "pid": 42,
+        "last_batch_id": 3,
+        "input_rows_per_s": None,
+        "processed_rows_per_s": None,
+        "batch_duration_ms": None,
+        "applied": 10,
+        "dead_letters": 0,
+        "lag": [],
+        "missing_topics": [],
+        "log_tail": [],
+        "last_error": None,
+    }
+    values.update(changes)
+    return control.JobStatus(**values)  # type: ignore[arg-type]
+
+
+def test_a_job_without_progress_warns_then_fails_with_why() -> None:
+    starved = cluster.parse(
+        {
+            "cores": 2,
+            "coresused": 2,
+            "activeapps": [
+                {"id": "app-1", "name": "cdcpipe-job-orders_mirror", "cores": 0, "state": "WAITING"},
+                {"id": "app-2", "name": "cdcpipe-job-big", "cores": 2, "state": "RUNNING"},
+            ],
+        }
+    ).starved("orders_mirror")
+    assert starved is not None
+    assert "the workers' 2 cores (2 in use) are held by cdcpipe-job-big (2)" in starved
+    assert status._job_line(job(), 42, "more").level == status.OK
+    early = status._job_line(job(stalled=starved, running_s=30), 42, "more")
+    assert (early.level, early.says.endswith(starved)) == (status.WARN, True)
+    late = status._job_line(job(stalled=starved, running_s=control.NO_PROGRESS_S + 1), 42, "more")
+    assert late.level == status.FAIL
+
+
+def test_a_job_is_stalled_by_no_executor_or_by_records_and_no_batch() -> None:
+    held = cluster.parse(
+        {"cores": 2, "coresused": 1, "activeapps": [{"name": "cdcpipe-job-orders_mirror", "cores": 1}]}
+    )
+    assert held.starved("orders_mirror") is None
+    assert held.starved("not_listed") is None, "not started yet, or gone: the job's own lag speaks for it"
+    lag = [control.PartitionLag("t", 0, None, 50, 50)]
+    waiting = control._progressing(job(last_batch_id=None, lag=lag), held, 200.0)
+    assert waiting.stalled == "no batch done in 200 s with 50 records to read"
+    assert waiting.stuck
+    assert control._progressing(job(lag=lag), held, 200.0).stalled is None, "a batch done: progressing"
+    assert control._progressing(job(last_batch_id=None), None, 200.0).stalled is None, "nothing to read"
+
+
+def test_the_masters_web_ui_is_the_setting_or_the_masters_host() -> None:
+    from streaming_jobs.config import JobsSettings
+
+    assert cluster.ui_url(JobsSettings.load(spark_master="local[2]")) is None
+    assert cluster.ui_url(JobsSettings.load(spark_master="spark://10.0.0.5:7077")) == "http://10.0.0.5:8080"
+    given = JobsSettings.load(spark_master="spark://m:7077", spark_master_ui_url="http://m:18080/")
+    assert cluster.ui_url(given) == "http://m:18080"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,43 @@ def test_a_group_lists_a_topic_for_each_table(tmp_path: Path) -> None:
     )
     with pytest.raises(StreamingError, match="each table's topic in topics"):
         load_all([tmp_path])
+
+
+@pytest.mark.parametrize("what", ["submit", "stop"])
+def test_a_groups_table_is_not_started_or_stopped_alone(tmp_path: Path, what: str) -> None:
+    from streaming_jobs.config import JobsSettings
+    from streaming_jobs.run import control
+
+    (tmp_path / "shop.toml").write_text(
+        'name = "shop"\nkind = "table_group"\nmembers = ["mirror"]\ntables = ["sales.orders"]\ntopics = ["p.sales.orders"]\n'
+    )
+    settings = JobsSettings.load(jobs_dirs=[tmp_path], run_dir=tmp_path / "run")
+    act: Callable[[], object] = partial(control.stop, settings, "sales_orders_mirror")
+    if what == "submit":
+        act = partial(control.submit, settings, "sales_orders_mirror", master=None, trigger=None)
+    with pytest.raises(StreamingError, match=f"runs in the table group shop .*`cdcpipe jobs {what} shop`"):
+        act()
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir()), "nothing was started"
+
+
+def test_a_range_command_works_on_one_table_of_a_group(tmp_path: Path) -> None:
+    from streaming_jobs.jobs.spec import one_job
+
+    (tmp_path / "shop.toml").write_text(
+        'name = "shop"\nkind = "table_group"\nmembers = ["mirror"]\ntables = ["sales.orders", "sales.x"]\n'
+        'topics = ["p.sales.orders", "p.sales.x"]\n'
+    )
+    (tmp_path / "both.toml").write_text(
+        'name = "both"\nkind = "table_group"\nmembers = ["mirror", "history"]\ntables = ["sales.y"]\n'
+        'topics = ["p.sales.y"]\n'
+    )
+    assert one_job("shop", [tmp_path], "sales.x").name == "sales_x_mirror"
+    assert one_job("sales_x_mirror", [tmp_path]).group == "shop"  # the table's job, named itself
+    with pytest.raises(StreamingError, match=r"table group \(.*\): name one of its tables with --table \(sales.orders"):
+        one_job("shop", [tmp_path])
+    with pytest.raises(StreamingError, match=r"has no table 'sales.z'; its tables: sales.orders, sales.x"):
+        one_job("shop", [tmp_path], "sales.z")
+    with pytest.raises(StreamingError, match=r"runs 2 jobs of sales.y: .*sales_y_mirror or sales_y_history"):
+        one_job("both", [tmp_path], "sales.y")
+    with pytest.raises(StreamingError, match="is a table_mirror, not a table group; leave --table out"):
+        one_job("sales_x_mirror", [tmp_path], "sales.x")

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 
 from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.phases import Phases
-from streaming_jobs.run.metrics import JobMetrics, stale_targets, target_file
+from streaming_jobs.run.metrics import GroupMetrics, JobMetrics, stale_targets, target_file
 
 
 def spec(kind: str = "table_mirror") -> JobSpec:
@@ -81,6 +81,40 @@ def test_the_driver_serves_on_loopback_writes_its_target_and_removes_it(tmp_path
         metrics.close()
     assert not target_file(tmp_path, "orders_mirror").exists()
     assert stale_targets(tmp_path) == []
+
+
+def test_a_group_serves_each_tables_metrics_once_labelled_with_its_job_and_which_are_parked(tmp_path: Path) -> None:
+    group = GroupMetrics(
+        JobSpec(
+            name="shop",
+            kind="table_group",
+            table="shop",
+            tables=("s.a", "s.b"),
+            topics=("p.s.a", "p.s.b"),
+            members=("mirror",),
+        )
+    )
+    a, b = (
+        JobMetrics(JobSpec(name=n, kind="table_mirror", topics=("t",), table=n, source_table="s.x"), 1.0)
+        for n in ("a_mirror", "b_mirror")
+    )
+    group.add(a)
+    group.add(b)
+    phases = Phases(1)
+    a.after_batch(phases, applied=5, dead=0)
+    group.park(b.spec)
+    port = group.start(tmp_path)
+    try:
+        served = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert json.loads(target_file(tmp_path, "shop").read_text())[0]["labels"]["kind"] == "table_group"
+    finally:
+        group.close()
+    assert 'cdcpipe_job_rows_applied_total{job="a_mirror",kind="table_mirror"} 5.0' in served
+    assert 'cdcpipe_job_rows_applied_total{job="b_mirror",kind="table_mirror"} 0.0' in served
+    assert 'cdcpipe_job_parked{group="shop",job="b_mirror",kind="table_mirror"} 1.0' in served
+    assert 'cdcpipe_job_parked{group="shop",job="a_mirror",kind="table_mirror"} 0.0' in served
+    assert served.count("# TYPE cdcpipe_job_rows_applied_total counter") == 1, "one family, a series per table"
+    assert not target_file(tmp_path, "shop").exists()
 
 
 def test_a_target_whose_driver_died_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
