@@ -62,11 +62,14 @@ class Cluster:
 
 
 def ui_url(settings: JobsSettings) -> str | None:
-    """The master's web UI: the setting, else the spark:// master's host on the default UI port."""
-    if settings.spark_master_ui_url:
-        return settings.spark_master_ui_url.rstrip("/")
+    """The master's web UI: the setting, else the spark:// master's host on the default UI port.
+
+    None for a `local[N]` master: the job's executors are in its driver, there is no cluster to ask.
+    """
     if not settings.spark_master.startswith("spark://"):
         return None
+    if settings.spark_master_ui_url:
+        return settings.spark_master_ui_url.rstrip("/")
     host = urlsplit(settings.spark_master.split(",")[0]).hostname
     return f"http://{host}:{DEFAULT_UI_PORT}" if host else None
 

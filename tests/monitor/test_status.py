@@ -152,7 +152,9 @@ def test_a_job_is_stalled_by_no_executor_or_by_records_and_no_batch() -> None:
 def test_the_masters_web_ui_is_the_setting_or_the_masters_host() -> None:
     from streaming_jobs.config import JobsSettings
 
-    assert cluster.ui_url(JobsSettings.load(spark_master="local[2]")) is None
-    assert cluster.ui_url(JobsSettings.load(spark_master="spark://10.0.0.5:7077")) == "http://10.0.0.5:8080"
+    given = JobsSettings.load(spark_master="local[2]", spark_master_ui_url="http://m:18080/")
+    assert cluster.ui_url(given) is None, "a local master: no cluster to ask"
+    derived = JobsSettings.load(spark_master="spark://10.0.0.5:7077", spark_master_ui_url=None)
+    assert cluster.ui_url(derived) == "http://10.0.0.5:8080"
     given = JobsSettings.load(spark_master="spark://m:7077", spark_master_ui_url="http://m:18080/")
     assert cluster.ui_url(given) == "http://m:18080"
