@@ -224,6 +224,23 @@ class JobQuery:
             self.metrics.after_progress(progress)
             self._written = seen
 
+    def stop_between_batches(self) -> bool:
+        """Stop the query if no micro-batch is running (True once it is stopped); a batch in flight finishes first.
+
+        A table group asks each of its queries in turn until all have stopped, so it waits for its slowest batch,
+        not for every batch one after the other.
+        """
+        query = self.query
+        try:
+            if query is None or not query.isActive:
+                return True
+            if query.status.get("isTriggerActive"):
+                return False
+            query.stop()
+        except Exception as exc:  # it died meanwhile: `tick` raises its own error next
+            log.warning("job %s: stopping its query: %s", self.spec.name, _first_line(exc))
+        return True
+
     def stop_now(self) -> None:
         """Stop the query without waiting for its batch, as its driver ends on an error of its own."""
         try:

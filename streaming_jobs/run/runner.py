@@ -18,6 +18,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -104,6 +105,12 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
             running.append(job)
         print(f"group {spec.name}: {len(running)} of {len(jobs)} jobs running", flush=True)
         while running:
+            if stop.is_set():
+                # Graceful, every query at once: each stops between two of its batches.
+                stopping = list(running)
+                while stopping:
+                    stopping = [job for job in stopping if not job.stop_between_batches()]
+                    time.sleep(0.1)
             # A look at each query, then a second's wait: not a second per query, which a group of a hundred
             # tables would make a hundred seconds before a failed table was parked or a progress written.
             for job in list(running):
