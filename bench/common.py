@@ -345,6 +345,17 @@ def process_ticks(pid: int) -> tuple[int, int]:
     return int(fields[11]) + int(fields[12]), int(fields[1])
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far (those gone count as 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            total += process_ticks(pid)[0]
+        except OSError:
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
     """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need."""
     specs = [

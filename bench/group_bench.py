@@ -39,7 +39,17 @@ from typing import Any
 import httpx
 import psycopg
 import pyarrow as pa
-from common import RESULTS, RssSampler, cdcpipe, delete_connector_topics, env_kafka, process_ticks, rss_mib, stack_env
+from common import (
+    RESULTS,
+    RssSampler,
+    cdcpipe,
+    cpu_seconds,
+    delete_connector_topics,
+    env_kafka,
+    process_ticks,
+    rss_mib,
+    stack_env,
+)
 from deltalake import DeltaTable, QueryBuilder
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
@@ -99,16 +109,6 @@ def driver_pids(run_dir: Path, job: str) -> list[int]:
     return sorted(tree)
 
 
-def tree_ticks(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            total += process_ticks(pid)[0]
-        except OSError:
-            continue
-    return total
-
-
 def buckets(targets: Path, job: str) -> dict[float, float]:
     """The job's latency histogram now, every table's series summed: {upper bound: cumulative count}."""
     target = json.loads((targets / f"job-{job}.json").read_text())[0]["targets"][0]
@@ -164,7 +164,7 @@ def loaded(
     writer = Writer(dsn, tables, rows, rate)
     first = last = buckets(targets, job)
     per_window: list[dict[str, Any]] = []
-    ticks, began = tree_ticks(pids), time.monotonic()
+    cpu_before, began = cpu_seconds(pids), time.monotonic()
     writer.start()
     try:
         for n in range(max(1, round(60 * minutes / window_s))):
@@ -180,7 +180,7 @@ def loaded(
         writer.halt.set()
         writer.join()
     took = time.monotonic() - began
-    cpu = (tree_ticks(pids) - ticks) / os.sysconf("SC_CLK_TCK")
+    cpu = cpu_seconds(pids) - cpu_before
     whole = minus(last, first)
     p99s = [m["p99_s"] for m in per_window if m["p99_s"] is not None]
     return {
@@ -291,9 +291,9 @@ def main() -> None:
         )
         print(json.dumps({k: result[k] for k in ("tables_add_s", "snapshot_in_every_mirror_s")}), flush=True)
         pids = driver_pids(folders["run"], group)
-        ticks = tree_ticks(pids)
+        cpu_before = cpu_seconds(pids)
         time.sleep(args.idle_s)
-        idle = (tree_ticks(pids) - ticks) / os.sysconf("SC_CLK_TCK")
+        idle = cpu_seconds(pids) - cpu_before
         result["idle"] = {
             "driver_cpu_share_of_a_core": round(idle / args.idle_s, 3),
             "driver_rss_mib": round(sum(rss_mib(p) for p in pids), 1),

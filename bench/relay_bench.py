@@ -52,6 +52,7 @@ from common import (
     RssSampler,
     at_end,
     copy_rows,
+    cpu_seconds,
     cpu_us_per_event,
     create_bench_topics,
     delete_connector_topics,
@@ -61,7 +62,6 @@ from common import (
     machine_busy_s,
     outbox_load,
     payload,
-    process_ticks,
     rss_mib,
     stack_env,
     start_relay,
@@ -286,17 +286,6 @@ def legs(
             n: round(statistics.fmean(r[i + 1] for r in slowest) / 1e6, 2) for i, n in enumerate(names)
         },
     }
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds the processes have used so far (those gone count as 0)."""
-    total = 0
-    for pid in pids:
-        try:
-            total += process_ticks(pid)[0]
-        except OSError:
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def backend_pids(dsn: str, application_name: str) -> list[int]:
