@@ -84,7 +84,12 @@ def vacuum(dsn: str, *names: OutboxNames) -> None:
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    """A process's resident memory; 0 once it is gone (a driver's short-lived children come and go)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0

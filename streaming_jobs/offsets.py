@@ -76,8 +76,11 @@ class KafkaPositions:
     def watermarks(self, topics: Iterable[str], *, missing_ok: bool = False) -> Watermarks:
         tps = self.partitions(topics, missing_ok=missing_ok)
         low = {tp: offset for tp, (offset, _) in self._list(tps, OffsetSpec.earliest()).items()}  # type: ignore[no-untyped-call]
-        high = {tp: offset for tp, (offset, _) in self._list(tps, OffsetSpec.latest()).items()}  # type: ignore[no-untyped-call]
-        return Watermarks(low, high)
+        return Watermarks(low, self.latest(tps))
+
+    def latest(self, partitions: list[Partition]) -> Offsets:
+        """Per partition the next offset to be written, the last stable one (the jobs' sources stop there too)."""
+        return {tp: offset for tp, (offset, _) in self._list(partitions, OffsetSpec.latest()).items()}  # type: ignore[no-untyped-call]
 
     def offsets_for_time(self, partitions: Iterable[Partition], timestamp_ms: int) -> dict[Partition, Found | None]:
         """Per partition the first record at or after the time: (offset, its timestamp); None where none is."""

@@ -22,6 +22,7 @@ A table group runs the mirrors (and histories) of many captured tables in one dr
     name = "shop_tables"
     kind = "table_group"
     members = ["mirror"]                     # mirror and/or history, for every table
+    concurrent_tables = 2                    # tables reading at once (the others wait their turn)
     tables = ["shop.orders", "shop.Invoices"]
     topics = ["cdcpipe.shop.orders", "cdcpipe.shop.Invoices"]   # each table's topic, in the same order
 
@@ -130,6 +131,12 @@ class JobSpec(BaseModel):
     members: tuple[Literal["mirror", "history"], ...] = Field(
         (), description="table_group: the jobs it runs for each table: mirror and/or history"
     )
+    concurrent_tables: int = Field(
+        2,
+        ge=1,
+        description="table_group: how many of its tables read at once (each reads while its topic holds records "
+        "for it; the others wait their turn, the longest waiting first); about the cores the group's driver has",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -182,8 +189,8 @@ class JobSpec(BaseModel):
                 )
             if len(set(self.tables)) != len(self.tables):
                 raise ValueError("a table_group lists each table once")
-        elif self.tables or self.members:
-            raise ValueError(f"tables and members are only for kind = table_group, not {self.kind}")
+        elif self.tables or self.members or "concurrent_tables" in self.model_fields_set:
+            raise ValueError(f"tables, members and concurrent_tables are only for kind = table_group, not {self.kind}")
         return self
 
     @property

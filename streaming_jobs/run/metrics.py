@@ -29,6 +29,7 @@ from cdcpipe.common.metrics import LATENCY_BUCKETS, BatchHistogram, serve
 from cdcpipe.common.processes import running
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec
 from streaming_jobs.phases import Phases
+from streaming_jobs.run.turns import Turns
 
 BATCH_BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300)
 
@@ -121,10 +122,15 @@ class JobMetrics(_Served):
         self.last_commit.set(committed)
         self.latency.observe_many(committed - t for t in phases.source_times)
 
+    def set_lag(self, behind: dict[tuple[str, int], int]) -> None:
+        """Each partition's lag as its table group read it (a member without a turn has no progress report)."""
+        for (topic, partition), records in behind.items():
+            self.lag.labels(topic, str(partition)).set(records)
+
     def after_progress(self, progress: dict[str, Any] | None) -> None:
         """Each partition's lag from Spark's progress report (its sources' latest and planned offsets)."""
         for source in (progress or {}).get("sources") or []:
-            latest, planned = _offsets(source.get("latestOffset")), _offsets(source.get("endOffset"))
+            latest, planned = offsets_of(source.get("latestOffset")), offsets_of(source.get("endOffset"))
             for (topic, partition), offset in latest.items():
                 behind = max(0, offset - planned.get((topic, partition), offset))
                 self.lag.labels(topic, str(partition)).set(behind)
@@ -137,6 +143,13 @@ class GroupMetrics(_Served):
         super().__init__(spec)
         self.members: dict[str, JobMetrics] = {}
         self.parked: set[str] = set()
+        self.turns: Turns | None = None  # who reads, who waits (set once the group's queries are ready)
+        self.turn_seconds = Histogram(
+            "cdcpipe_group_turn_seconds",
+            "a table's turn, from its query's start to its end (its batches, and the start and stop around them)",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_Members(self))
 
     def add(self, member: JobMetrics) -> None:
@@ -164,6 +177,7 @@ class _Members(Collector):
         for name in names:
             parked.add_metric([name, kinds.get(name, ""), group.spec.name], 1 if name in group.parked else 0)
         yield parked
+        yield from _turns(group)
         families: dict[str, Metric] = {}
         for name, member in sorted(group.members.items()):
             own = {"job": name, "kind": member.spec.kind}
@@ -173,6 +187,26 @@ class _Members(Collector):
                 )
                 merged.samples += [sample._replace(labels={**sample.labels, **own}) for sample in family.samples]
         yield from families.values()
+
+
+def _turns(group: GroupMetrics) -> Iterator[Metric]:
+    """How many of the group's tables read now, how many wait for a turn, and for how long the longest has."""
+    turns, labels = group.turns, [group.spec.name]
+    if turns is None:
+        return
+    now = time.monotonic()
+    for name, what, value in (
+        ("cdcpipe_group_tables_reading", "tables of the group reading now (in a turn)", len(turns.running)),
+        ("cdcpipe_group_tables_waiting", "tables with records to read waiting for a turn", len(turns.waiting)),
+        (
+            "cdcpipe_group_longest_wait_seconds",
+            "how long the table waiting longest for a turn has waited (0: none waits)",
+            max((now - since for since in turns.waiting.values()), default=0.0),
+        ),
+    ):
+        family = GaugeMetricFamily(name, what, labels=["group"])
+        family.add_metric(labels, value)
+        yield family
 
 
 def target_file(targets_dir: Path, job: str) -> Path:
@@ -206,7 +240,7 @@ def stale_targets(targets_dir: Path | None) -> list[Path]:
     return removed
 
 
-def _offsets(rendered: object) -> dict[tuple[str, int], int]:
+def offsets_of(rendered: object) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset} from a Kafka source's offsets as Spark reports them (JSON text or a dict)."""
     value = json.loads(rendered) if isinstance(rendered, str) else rendered
     if not isinstance(value, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from cdcpipe.common.errors import CdcpipeError
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events
@@ -28,13 +30,14 @@ from streaming_jobs.jobs import locations
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec
 from streaming_jobs.lake.lease import LeaseLostError, LeaseUnavailableError
 from streaming_jobs.lake.paths import LakePath
-from streaming_jobs.offsets import Partition
+from streaming_jobs.offsets import Offsets, Partition
 from streaming_jobs.once import sources
 from streaming_jobs.once.applied import Interval
 from streaming_jobs.once.checkpoints import (
     batch_end,
     clear_unfinished_writes,
     first_batch_start,
+    read_progress,
     rendered_progress,
     write_progress,
 )
@@ -43,7 +46,7 @@ from streaming_jobs.once.event_ids import EventIds
 from streaming_jobs.phases import Phases
 from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
-from streaming_jobs.run.metrics import GroupMetrics, JobMetrics
+from streaming_jobs.run.metrics import GroupMetrics, JobMetrics, offsets_of
 from streaming_jobs.sinks.batch import handle_batch
 from streaming_jobs.sinks.scd import unpartitioned_history
 
@@ -91,7 +94,11 @@ class JobQuery:
         *,
         group: GroupMetrics | None = None,
     ) -> None:
-        """`group`: the table group's metrics, which serve this job's (else it serves its own)."""
+        """`group`: the table group's metrics, which serve this job's (else it serves its own).
+
+        A group's member reads in turns (streaming_jobs.run.turns): each start of its query is an available-now
+        run, and `trigger` is how often its group looks for records to read.
+        """
         spec, where = prepared.spec, prepared.where
         self.spec, self.where, self.settings = spec, where, settings
         if spec.kind == "table_history" and unpartitioned_history(spark, where.table):
@@ -106,6 +113,7 @@ class JobQuery:
         self.last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
         self.compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
         self.chosen = trigger or spec.trigger
+        self.in_turns = group is not None
         self.metrics = JobMetrics(
             spec, None if self.chosen == "available-now" else spec.processing_seconds(self.chosen)
         )
@@ -172,7 +180,7 @@ class JobQuery:
         if classified:
             stream = outbox_events.classify(stream, registry)
         writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(where.checkpoint))
-        if self.chosen == "available-now":
+        if self.chosen == "available-now" or self.in_turns:
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=spec.processing_time(self.chosen))
 
@@ -223,6 +231,30 @@ class JobQuery:
             write_progress(self.where.checkpoint, progress, self.counts, running=True, batch=self.last_batch)
             self.metrics.after_progress(progress)
             self._written = seen
+
+    def unpark(self) -> None:
+        """Clear the error a previous run parked this group member on, keeping its last progress (it starts again)."""
+        record = read_progress(self.where.checkpoint)
+        if record.get("error"):
+            write_progress(
+                self.where.checkpoint,
+                record.get("progress"),
+                self.counts,
+                running=True,
+                batch=record.get("batch_steps"),
+            )
+
+    def turn_ended(self) -> Offsets:
+        """A group member's turn over (its query ended well): its progress written; the offsets its last batch reached."""
+        query = self.query
+        if query is None:
+            return {}
+        self._progress(query)
+        latest = query.lastProgress
+        reached: Offsets = {}
+        for source in (rendered_progress(latest) or {}).get("sources") or []:
+            reached.update(offsets_of(source.get("endOffset")))
+        return reached
 
     def stop_between_batches(self) -> bool:
         """Stop the query if no micro-batch is running (True once it is stopped); a batch in flight finishes first.
@@ -301,3 +333,16 @@ def _batch_ranges(checkpoint: LakePath, batch_id: int) -> dict[Partition, Interv
         return None
     # A partition new since the last batch starts at its first offset: it is not in the previous plan.
     return {tp: (start.get(tp, 0), offset) for tp, offset in end.items()}
+
+
+# A Python error's last line, `module.SomeError: message`, as a traceback ends (Spark quotes the batch's).
+PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt): ")
+
+
+def one_line(exc: BaseException) -> str:
+    """What a job died of, in one line: our error's message, or the Python error inside Spark's wrapping."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, CdcpipeError) or not lines:
+        return " ".join(lines)[:1000] or type(exc).__name__
+    python = [line for line in lines if PYTHON_ERROR.match(line) and not line.startswith(("py4j.", "org.", "java."))]
+    return (python[-1] if python else f"{type(exc).__name__}: {lines[0]}")[:1000]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cdcpipe.common.errors import CdcpipeError
 from streaming_jobs.run import control
-from streaming_jobs.run.runner import one_line
+from streaming_jobs.run.query import one_line
 
 SPARK_WRAPPED = """[STREAM_FAILED] Query [id = 1f, runId = 2e] terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] \
 An error occurred in the user provided function in foreach batch sink. Reason: An exception was raised by the \

@@ -1,0 +1,64 @@
+"""Whose turn it is in a table group's driver: a table's query runs only while its topic holds records for it.
+
+A hundred tables that each keep a streaming query running cost a trigger each per second when nothing changes
+(the driver at half a core, idle), and when they all change, a hundred batches at once exhaust the driver's
+memory and only queue behind each other on a few cores. So the group reads the latest stable offsets of all
+its topics at once, each tick, and gives a turn to the tables whose topics hold records past what they
+applied: the one waiting longest first, at most `slots` at a time. A turn is an available-now run of the
+table's own query, from its own checkpoint, which ends once it has read what its topic held when it started.
+
+Pure bookkeeping, no Kafka and no Spark: the group's loop (streaming_jobs.run.group) feeds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from streaming_jobs.offsets import Offsets
+
+
+@dataclass
+class Turns:
+    """Each member's applied offsets, who waits for a turn (since when), who has one, at most `slots` at once."""
+
+    slots: int
+    topics: dict[str, tuple[str, ...]]  # per member, the topics it reads
+    applied: dict[str, Offsets] = field(default_factory=dict)  # how far each member's checkpoint got, as last known
+    waiting: dict[str, float] = field(default_factory=dict)  # member -> when it was first seen behind
+    running: dict[str, Offsets] = field(default_factory=dict)  # member -> the offsets its turn reads up to, at least
+
+    def behind(self, member: str, latest: Offsets) -> dict[tuple[str, int], int]:
+        """Per partition of the member's topics, the records past what it applied (only those with some)."""
+        applied = self.applied.get(member, {})
+        topics = self.topics[member]
+        return {
+            tp: end - applied.get(tp, 0) for tp, end in latest.items() if tp[0] in topics and end > applied.get(tp, 0)
+        }
+
+    def see(self, latest: Offsets, now: float, members: Iterable[str]) -> None:
+        """The latest offsets read: each of `members` not in a turn and behind waits, from now if not already."""
+        for member in members:
+            if member not in self.running and member not in self.waiting and self.behind(member, latest):
+                self.waiting[member] = now
+
+    def take(self, latest: Offsets) -> list[str]:
+        """The members whose turn starts now: the longest waiting first, as many as there are free slots."""
+        free = self.slots - len(self.running)
+        chosen = sorted(self.waiting, key=lambda m: (self.waiting[m], m))[: max(0, free)]
+        for member in chosen:
+            del self.waiting[member]
+            self.running[member] = {tp: end for tp, end in latest.items() if tp[0] in self.topics[member]}
+        return chosen
+
+    def done(self, member: str, reached: Offsets) -> None:
+        """A member's turn ended well: it applied at least what its topics held when the turn began, and `reached`."""
+        target = self.running.pop(member, {})
+        applied = self.applied.setdefault(member, {})
+        for tp, offset in [*target.items(), *reached.items()]:
+            applied[tp] = max(applied.get(tp, 0), offset)
+
+    def drop(self, member: str) -> None:
+        """A member parked (or gone): no turn for it any more."""
+        self.running.pop(member, None)
+        self.waiting.pop(member, None)
