@@ -14,7 +14,10 @@ each, captured with `cdcpipe tables add --schema S --mirror --group G --submit` 
    commit in Postgres to the Delta commit that made it visible, every table's series summed), p50 and p99 of
    each `--window-s`, by interpolation within the histogram's buckets as Prometheus' histogram_quantile does;
    drift is the last window's p99 over the first's. The driver's peak resident memory.
-4. baseline (unless `--baseline-minutes 0`): the group stopped, one more table with a mirror job of its own
+4. join: a table of `--join-rows` rows added to the running group (`tables add T --group G`): the seconds until
+   its mirror holds them; restart: the group stopped and submitted again, its backlog empty: the seconds until
+   its driver runs every table and until its metrics say none reads or waits;
+5. baseline (unless `--baseline-minutes 0`): the group stopped, one more table with a mirror job of its own
    (`tables add T --mirror --submit`), the same total rate into that one table; the ratio of the p50s.
 Then every mirror is compared with its table (row counts and the sum of the bigint column). Writes
 bench/results/group.json and prints it.
@@ -219,16 +222,78 @@ def mirrors_equal(dsn: str, schema: str, lake: Path, tables: list[str], job_of: 
     return differ
 
 
-def wait_equal(dsn: str, schema: str, lake: Path, tables: list[str], job_of: dict[str, str], timeout_s: float) -> float:
+def wait_equal(
+    dsn: str, schema: str, lake: Path, tables: list[str], job_of: dict[str, str], timeout_s: float, poll_s: float = 5
+) -> float:
     """Seconds until every mirror equals its table (a mirror found equal is not read again)."""
     began, behind = time.monotonic(), list(tables)
     while behind and time.monotonic() - began < timeout_s:
         behind = [t.split(":")[0] for t in mirrors_equal(dsn, schema, lake, behind, job_of)]
         if behind:
-            time.sleep(5)
+            time.sleep(poll_s)
     if behind:
         raise SystemExit(f"group bench: {len(behind)} mirrors still differ after {timeout_s:.0f} s: {behind[:5]}")
     return round(time.monotonic() - began, 1)
+
+
+def joined(
+    env: dict[str, str],
+    dsn: str,
+    schema: str,
+    group: str,
+    lake: Path,
+    job_of: dict[str, str],
+    rows: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """A table of `rows` rows added to the running group: the seconds until its mirror holds them all."""
+    ident = sql.Identifier(schema, "joined")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v bigint NOT NULL, note text)").format(ident))
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, g, 'row ' || g FROM generate_series(0, %s) g").format(ident), (rows - 1,)
+        )
+    job_of["joined"] = f"{schema}_joined_mirror"
+    began = time.monotonic()
+    cdcpipe(env, "tables", "add", f"{schema}.joined", "--mirror", "--group", group)
+    added_s = time.monotonic() - began
+    equal_s = wait_equal(dsn, schema, lake, ["joined"], job_of, timeout_s, poll_s=1)
+    return {"rows": rows, "tables_add_s": round(added_s, 1), "mirrored_s": round(added_s + equal_s, 1)}
+
+
+def restarted(env: dict[str, str], group: str) -> dict[str, Any]:
+    """The group started again on an empty backlog: seconds until its driver runs every table, and until none waits.
+
+    Runs every table: its members file written. None waits: its metrics say no table reads or waits for a turn.
+    """
+    run_dir, targets = Path(env["CDCPIPE_RUN_DIR"]), Path(env["CDCPIPE_METRICS_TARGETS_DIR"])
+    members = run_dir / f"{group}.members.json"
+    began = time.monotonic()
+    cdcpipe(env, "jobs", "submit", group)
+    ready_s = idle_s = None
+    while time.monotonic() - began < 600 and idle_s is None:
+        if ready_s is None and members.exists():
+            ready_s = round(time.monotonic() - began, 1)
+        if ready_s is not None:
+            gauges = group_gauges(targets, group)
+            if gauges.get("cdcpipe_group_tables_reading") == 0 and gauges.get("cdcpipe_group_tables_waiting") == 0:
+                idle_s = round(time.monotonic() - began, 1)
+        time.sleep(0.5)
+    return {"every_table_ready_s": ready_s, "every_table_seen_caught_up_s": idle_s}
+
+
+def group_gauges(targets: Path, group: str) -> dict[str, float]:
+    """The group's own gauges (tables reading, waiting) from its driver's metrics; empty until it serves."""
+    try:
+        target = json.loads((targets / f"job-{group}.json").read_text())[0]["targets"][0]
+        text = httpx.get(f"http://{target}/metrics", timeout=10).text
+    except (OSError, ValueError, LookupError, httpx.HTTPError):
+        return {}
+    return {
+        family.name: family.samples[0].value
+        for family in text_string_to_metric_families(text)
+        if family.name.startswith("cdcpipe_group_tables_") and family.samples
+    }
 
 
 def main() -> None:
@@ -241,6 +306,9 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=60.0, help="latency is reported per window of this length")
     parser.add_argument("--baseline-minutes", type=float, default=3.0, help="one table alone at --rate (0: skip)")
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="for the snapshot and each catch-up")
+    parser.add_argument(
+        "--join-rows", type=int, default=10_000, help="a table of this many rows joins the running group (0: skip)"
+    )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
     tag = uuid.uuid4().hex[:8]
@@ -303,6 +371,13 @@ def main() -> None:
         idents = [sql.Identifier(schema, t) for t in tables]
         result["group"] = loaded(env, dsn, idents, args.rows, args.rate, args.minutes, group, args.window_s)
         result["group"]["caught_up_s"] = wait_equal(dsn, schema, folders["lake"], tables, job_of, args.timeout_s)
+        if args.join_rows > 0:
+            result["join"] = joined(env, dsn, schema, group, folders["lake"], job_of, args.join_rows, args.timeout_s)
+            tables.append("joined")
+            print(json.dumps(result["join"]), flush=True)
+        cdcpipe(env, "jobs", "stop", group)
+        result["restart"] = restarted(env, group)
+        print(json.dumps(result["restart"]), flush=True)
         cdcpipe(env, "jobs", "stop", group)
         if args.baseline_minutes > 0:
             alone = "alone"
@@ -350,6 +425,8 @@ def main() -> None:
         "idle_cpu_at_most_10_percent": result.get("idle", {}).get("driver_cpu_share_of_a_core", 1.0) <= 0.10,
         "p50_within_2x_single": (result.get("p50_group_over_single") or 1e9) <= 2.0,
         "p99_under_30_s": (group_run.get("p99_s") or 1e9) < 30,
+        "startup_at_most_90_s": (result.get("restart", {}).get("every_table_seen_caught_up_s") or 1e9) <= 90,
+        "joined_table_mirrored_within_60_s": (result.get("join", {}).get("mirrored_s") or 1e9) <= 60,
     }
     result["passed"] = not result.get("mirrors_differing")
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -526,7 +526,11 @@ def _group_steps(
                 )
     added = [t for t in tables if t not in held]
     folder = current.file.parent if current is not None and current.file else settings.jobs.jobs_dirs[0]
-    file = files.group_file(folder, name, held + added, topics + [files.topic_of(prefix, t) for t in added], members)
+    listed, read = held + added, topics + [files.topic_of(prefix, t) for t in added]
+    file = files.group_file(folder, name, listed, read, members)
+    if current is not None and current.file is not None and added:
+        # The file as it is (a policy or a trigger the user set stays), with the new tables in its two lists.
+        file = files.regrouped(current.file, current.file.read_text(), listed, read) or _hand_made(current.file, added)
     if not added:
         steps = [Step("job", name, "unchanged", f"group {current.file if current else file.path} runs every table")]
     else:
@@ -534,13 +538,14 @@ def _group_steps(
         steps = [Step("job", name, verb, f"{file.path}: {', '.join(added)} in the group", _write(file))]
     running = control.tracked(settings.jobs, name).pid() is not None
     if running and added:
+        expected = {files.job_name(t, what) for t in held + added for what in members}
         steps.append(
             Step(
                 "submit",
                 name,
-                "restart",
-                "for the new tables; the others resume where they are",
-                _restart(settings, name),
+                "join",
+                "the running driver reads its file again and starts the new tables' jobs; the others go on",
+                _await_members(settings, name, expected),
             )
         )
     elif submit and not running:
@@ -550,11 +555,18 @@ def _group_steps(
     return steps
 
 
-def _restart(settings: Settings, name: str) -> Callable[[], None]:
-    def restart() -> None:
-        control.restart(settings.jobs, name)
+def _hand_made(file: Path, added: list[str]) -> files.File:
+    raise CaptureError(
+        f"{file}: its tables and topics lists are not in the form `tables add` writes (edited by hand?); add "
+        f"{', '.join(added)} to `tables` and each one's topic to `topics` yourself, in the same order"
+    )
 
-    return restart
+
+def _await_members(settings: Settings, name: str, members: set[str]) -> Callable[[], None]:
+    def wait() -> None:
+        control.await_members(settings.jobs, name, members)
+
+    return wait
 
 
 def _check_same_job(spec: JobSpec, table: str, what: str) -> None:
@@ -716,19 +728,20 @@ def _out_of_group(settings: Settings, group: JobSpec, tables: list[str]) -> list
             *steps,
             Step("job", group.name, "remove", f"{group.file}; its tables' Delta tables stay", _unlink(group.file)),
         ]
-    file = files.group_file(
-        group.file.parent, group.name, [t for t, _ in kept], [topic for _, topic in kept], list(group.members)
-    )
+    file = files.regrouped(group.file, group.file.read_text(), [t for t, _ in kept], [topic for _, topic in kept])
+    if file is None:
+        return [Step("job", group.name, "keep", f"{group.file}: its tables and topics were edited by hand; edit them")]
     gone = [t for t in group.tables if t in tables]
     steps = [Step("job", group.name, "update", f"{group.file}: {', '.join(gone)} out of the group", _write(file))]
     if running:
+        expected = {files.job_name(t, what) for t, _ in kept for what in group.members}
         steps.append(
             Step(
                 "submit",
                 group.name,
-                "restart",
-                "without them; the others resume where they are",
-                _restart(settings, group.name),
+                "leave",
+                "the running driver reads its file again and stops their jobs between two batches; the others go on",
+                _await_members(settings, group.name, expected),
             )
         )
     return steps

@@ -163,6 +163,7 @@ name = "{name}"
 kind = "table_group"
 members = {_list(tuple(members))}
 trigger = "1s"
+concurrent_tables = 2   # tables reading at once (each while its topic holds changes for it); the others wait
 tables = [
 {listed}
 ]
@@ -171,6 +172,21 @@ topics = [
 ]
 """
     return File(folder / f"{name}.toml", text)
+
+
+def regrouped(file: Path, text: str, tables: list[str], topics: list[str]) -> File | None:
+    """A group's file with other tables, everything else in it as it is (a policy or a trigger set by hand kept).
+
+    None when its `tables` and `topics` are not in the form `group_file` writes them (edited by hand).
+    """
+    for key, values in (("tables", tables), ("topics", topics)):
+        block = f"{key} = [\n" + "".join(f"    {toml_string(v)},\n" for v in values) + "]"
+        parts = re.split(rf"(?m)^{key} = \[\n(?:    .*,\n)*\]$", text)
+        if len(parts) != 2:
+            return None
+        text = block.join(parts)
+    text = re.sub(r"(?m)^(# The .* jobs of )\d+( tables? )", rf"\g<1>{len(tables)}\g<2>", text, count=1)
+    return File(file, text)
 
 
 def _list(values: tuple[str, ...]) -> str:

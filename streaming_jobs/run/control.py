@@ -104,6 +104,33 @@ def _driver_of(settings: JobsSettings, name: str) -> str:
     return spec.group if spec is not None and spec.group else name
 
 
+def members_file(settings: JobsSettings, group: str) -> Path:
+    """Where a running group's driver says which members it runs (streaming_jobs.run.group)."""
+    return settings.run_dir / f"{check_name(group)}.members.json"
+
+
+def await_members(settings: JobsSettings, group: str, members: set[str], timeout_s: float = 60) -> None:
+    """Wait until the running group's driver runs exactly `members`: it reads its file again each tick."""
+    process = tracked(settings, group)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.pid() is None:
+            raise StreamingError(
+                f"group {group}'s driver stopped while taking its new tables: {last_error(process.log_tail(ERROR_SEARCH_LINES))}; "
+                f"its log: {process.log_file}"
+            )
+        try:
+            if set(json.loads(members_file(settings, group).read_text())["members"]) == members:
+                return
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not written yet by this driver
+        time.sleep(0.5)
+    raise StreamingError(
+        f"group {group}'s driver has not taken its file's tables in {timeout_s:.0f} s (it reads the file each tick): "
+        f"see {process.log_file}; `cdcpipe jobs stop {group}` and `cdcpipe jobs submit {group}` start it on the file"
+    )
+
+
 def restart(settings: JobsSettings, name: str) -> bool:
     """Stop the job gracefully if it runs and start it again the way it was submitted (a group re-reads its file).
 

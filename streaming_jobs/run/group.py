@@ -9,158 +9,278 @@ group nothing but its share of that one request.
 A member that fails is parked alone: its query stopped, its error written with its progress (`jobs status`
 shows it, `cdcpipe status` fails on it, `cdcpipe_job_parked` is 1), the others going on. It starts again with
 the group (`jobs stop` and `jobs submit` of the group), from its own checkpoint.
+
+The group's file is read again each tick: a table added (`tables add T --group G`) gets its query and its turn
+from then on, a table removed stops between two of its batches and leaves; the other tables are not touched.
+The driver says which members it runs in `<CDCPIPE_RUN_DIR>/<group>.members.json` (what `tables add` and
+`tables remove` wait for). Any other change of the file takes a restart of the group, which its log says.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from pyspark.sql import SparkSession
 
 from cdcpipe.common.errors import CdcpipeError
+from schemas.contracts import ContractRegistry
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import KafkaUnreachableError, StreamingError
 from streaming_jobs.jobs import locations
-from streaming_jobs.jobs.spec import JobSpec
+from streaming_jobs.jobs.spec import GROUP, JobSpec, load_file
 from streaming_jobs.offsets import KafkaPositions, Offsets, Partition
 from streaming_jobs.once.checkpoints import committed_offsets, write_progress
 from streaming_jobs.run import cluster, query
+from streaming_jobs.run.control import members_file
 from streaming_jobs.run.metrics import GroupMetrics
 from streaming_jobs.run.turns import Turns
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
-# How often the group looks again for a topic's partitions (a partition added to a topic is read from then on).
+# How often the group looks again for its topics' partitions (a partition added to a topic is read from then on).
 PARTITIONS_EVERY_S = 60.0
+# What only a restart of the group changes: everything in its file but the tables and their topics.
+LIVE_FIELDS = {"tables", "topics"}
 
 
 def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, stop: threading.Event) -> None:
     """Run the group's members in turns until `stop` is set (or, available-now, until each has read its backlog)."""
     chosen = trigger or spec.trigger
-    once = chosen == "available-now"
     metrics = GroupMetrics(spec)  # one server for every table's metrics, and which are parked
-    members = _prepared(spec, settings, metrics)
+    members = _prepared(spec.member_jobs(), settings, metrics)
+    if not members:
+        raise StreamingError(f"group {spec.name}: every table is parked (`cdcpipe jobs status {spec.name}`)")
     spark = build_spark_session(settings, app_name=cluster.application_name(spec.name))
-    registry = checked_registry(spark)
     if settings.metrics:
         port = metrics.start(settings.metrics_targets_dir)
         print(f"group {spec.name}: metrics of every table on http://127.0.0.1:{port}/metrics", flush=True)
-    jobs: dict[str, query.JobQuery] = {}
-    turns = Turns(slots=spec.concurrent_tables, topics={})
+    group = Group(spec, settings, spark, checked_registry(spark), metrics, chosen)
     try:
-        for prepared in members:
-            try:
-                jobs[prepared.spec.name] = query.JobQuery(
-                    prepared, settings, spark, registry, None if once else chosen, group=metrics
-                )
-            except Exception as exc:  # its query could not be planned (its table unreadable, say)
-                metrics.park(prepared.spec)
-                _park(prepared.spec, settings, query.one_line(exc))
-        turns.topics = {name: job.spec.topics for name, job in jobs.items()}
-        turns.applied = _ready(jobs)
-        metrics.turns = turns
+        group.add(members)
         print(
-            f"group {spec.name}: {len(jobs)} of {len(spec.member_jobs())} jobs ready, "
+            f"group {spec.name}: {len(group.jobs)} of {len(spec.member_jobs())} jobs ready, "
             f"at most {spec.concurrent_tables} reading at once",
             flush=True,
         )
-        period_s = 1.0 if once else spec.processing_seconds(chosen)
-        _loop(spec, settings, jobs, turns, metrics, period_s=period_s, once=once, stop=stop)
+        group.loop(stop)
     finally:
-        for name in turns.running:
-            jobs[name].stop_now()  # an error of the driver itself (not of one member): all stop, nothing parked
-        for job in jobs.values():
+        group.close()
+        spark.stop()
+
+
+class Group:
+    """The group's members: their queries, their turns, its metrics, and its file read again when it changes."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        settings: JobsSettings,
+        spark: SparkSession,
+        registry: ContractRegistry,
+        metrics: GroupMetrics,
+        chosen: str,
+    ) -> None:
+        self.spec, self.settings, self.spark, self.registry, self.metrics = spec, settings, spark, registry, metrics
+        self.once = chosen == "available-now"
+        self.chosen = chosen
+        self.jobs: dict[str, query.JobQuery] = {}
+        self.turns = Turns(slots=spec.concurrent_tables, topics={})
+        metrics.turns = self.turns
+        self.started: dict[str, float] = {}  # when each turn in flight began
+        # The file as last read: none yet, as it may have changed since `spec` was read from it (a table added
+        # while this driver started), so the first tick reads it again.
+        self.text: str | None = None
+
+    def add(self, members: list[query.Prepared]) -> None:
+        """Members checked (`_prepared`) get their query; each waits for a turn if its topic holds records for it."""
+        added: dict[str, query.JobQuery] = {}
+        for prepared in members:
+            try:
+                added[prepared.spec.name] = query.JobQuery(
+                    prepared,
+                    self.settings,
+                    self.spark,
+                    self.registry,
+                    None if self.once else self.chosen,
+                    group=self.metrics,
+                )
+            except Exception as exc:  # its query could not be planned (its table unreadable, say)
+                self.metrics.park(prepared.spec)
+                _park(prepared.spec, self.settings, query.one_line(exc))
+        applied = _ready(added)
+        self.jobs.update(added)
+        self.turns.topics.update({name: job.spec.topics for name, job in added.items()})
+        self.turns.applied.update(applied)
+        self._say_members()
+
+    def remove(self, names: set[str]) -> None:
+        """Members out of the group: a turn in flight ends between two batches; their last progress written."""
+        in_turn = [self.jobs[name] for name in names if name in self.turns.running]
+        while in_turn:
+            in_turn = [job for job in in_turn if not job.stop_between_batches()]
+            time.sleep(0.1)
+        for name in names:
+            job = self.jobs.pop(name, None)
+            if job is not None:
+                job.close()
+            self.turns.drop(name)
+            self.started.pop(name, None)
+            self.metrics.forget(name)
+        self._say_members()
+
+    def loop(self, stop: threading.Event) -> None:
+        """Each tick: the file read again, the turns that ended, the latest offsets read once, the turns that start."""
+        positions = KafkaPositions(self.settings.kafka)
+        period_s = 1.0 if self.once else self.spec.processing_seconds(self.chosen)
+        partitions: list[Partition] = []
+        looked_at = 0.0
+        unreachable = False
+        first = True
+        while self.jobs:
+            if stop.is_set():
+                self._stop_turns()
+                return
+            if not self.once and self._reread():
+                looked_at = 0.0  # new topics: their partitions
+            self._ended_turns(stop)
+            try:
+                if time.monotonic() - looked_at > PARTITIONS_EVERY_S:
+                    topics = sorted({t for job in self.jobs.values() for t in job.spec.topics})
+                    partitions = positions.partitions(topics, missing_ok=True)
+                    looked_at = time.monotonic()
+                latest = positions.latest(partitions)
+            except KafkaUnreachableError as exc:
+                # The turns in flight go on (Spark's own consumers wait for Kafka); new ones wait for the next look.
+                if not unreachable:
+                    log.warning("group %s: no new turn until the latest offsets can be read: %s", self.spec.name, exc)
+                unreachable = True
+                stop.wait(period_s)
+                continue
+            unreachable = False
+            if not self.once or first:  # available-now: each member reads what its topic held when the group began
+                self.turns.see(latest, time.monotonic(), self.jobs)
+                first = False
+            for name, job in self.jobs.items():
+                behind = self.turns.behind(name, latest)
+                job.metrics.set_lag({tp: behind.get(tp, 0) for tp in latest if tp[0] in job.spec.topics})
+            self._start_turns(latest)
+            if self.once and not self.turns.running and not self.turns.waiting:
+                return
+            stop.wait(period_s)
+
+    def close(self) -> None:
+        """The driver ends: a turn still in flight stopped at once (an error of the driver, not of one member)."""
+        for name in self.turns.running:
+            self.jobs[name].stop_now()
+        for job in self.jobs.values():
             try:
                 job.close()
             except Exception as exc:
                 log.warning("job %s: its last progress could not be written: %s", job.spec.name, exc)
-        metrics.close()
-        spark.stop()
+        self.metrics.close()
+        members_file(self.settings, self.spec.name).unlink(missing_ok=True)
 
-
-def _loop(
-    spec: JobSpec,
-    settings: JobsSettings,
-    jobs: dict[str, query.JobQuery],
-    turns: Turns,
-    metrics: GroupMetrics,
-    *,
-    period_s: float,
-    once: bool,
-    stop: threading.Event,
-) -> None:
-    """Each tick: the turns that ended, the latest offsets read once, the turns that start."""
-    positions = KafkaPositions(settings.kafka)
-    topics = sorted({t for job in jobs.values() for t in job.spec.topics})
-    partitions: list[Partition] = []
-    looked_at = 0.0
-    unreachable = False
-    first = True
-    started: dict[str, float] = {}  # when each turn in flight began
-    while jobs:
-        if stop.is_set():
-            _stop_turns(jobs, turns)
-            return
-        for name in list(turns.running):
-            job = jobs[name]
+    def _ended_turns(self, stop: threading.Event) -> None:
+        for name in list(self.turns.running):
+            job = self.jobs[name]
             try:
                 in_turn = job.tick(stop, wait_s=0)
             except Exception as exc:
-                _park_running(job, metrics, query.one_line(exc))
-                turns.drop(name)
-                del jobs[name]
+                self._park_running(name, query.one_line(exc))
                 continue
             if not in_turn:
-                turns.done(name, job.turn_ended())
-                metrics.turn_seconds.observe(time.monotonic() - started.pop(name))
-        try:
-            if time.monotonic() - looked_at > PARTITIONS_EVERY_S:
-                partitions = positions.partitions(topics, missing_ok=True)
-                looked_at = time.monotonic()
-            latest = positions.latest(partitions)
-        except KafkaUnreachableError as exc:
-            # The turns in flight go on (Spark's own consumers wait for Kafka); new ones wait for the next look.
-            if not unreachable:
-                log.warning(
-                    "group %s: the latest offsets could not be read, no new turn until they are: %s", spec.name, exc
-                )
-            unreachable = True
-            stop.wait(period_s)
-            continue
-        unreachable = False
-        if not once or first:  # available-now: each member reads what its topic held when the group started
-            turns.see(latest, time.monotonic(), jobs)
-            first = False
-        for name, job in jobs.items():
-            behind = turns.behind(name, latest)
-            job.metrics.set_lag({tp: behind.get(tp, 0) for tp in latest if tp[0] in job.spec.topics})
-        for name in turns.take(latest):
-            started[name] = time.monotonic()
+                self.turns.done(name, job.turn_ended())
+                self.metrics.turn_seconds.observe(time.monotonic() - self.started.pop(name))
+
+    def _start_turns(self, latest: Offsets) -> None:
+        for name in self.turns.take(latest):
+            self.started[name] = time.monotonic()
             try:
-                jobs[name].start()
+                self.jobs[name].start()
             except Exception as exc:
-                _park_running(jobs[name], metrics, query.one_line(exc))
-                turns.drop(name)
-                del jobs[name]
-        if once and not turns.running and not turns.waiting:
-            return
-        stop.wait(period_s)
+                self._park_running(name, query.one_line(exc))
 
+    def _stop_turns(self) -> None:
+        """Graceful, every turn at once: each query stops between two of its batches."""
+        stopping = [self.jobs[name] for name in self.turns.running]
+        while stopping:
+            stopping = [job for job in stopping if not job.stop_between_batches()]
+            time.sleep(0.1)
 
-def _prepared(spec: JobSpec, settings: JobsSettings, metrics: GroupMetrics) -> list[query.Prepared]:
-    """Each member checked (topics, retention, contract); one that fails a check is parked before any Spark work."""
-    members: list[query.Prepared] = []
-    for member in spec.member_jobs():
+    def _park_running(self, name: str, error: str) -> None:
+        job = self.jobs.pop(name)
+        self.turns.drop(name)
+        self.started.pop(name, None)
+        self.metrics.park(job.spec)
+        job.close(_parked(job.spec, error))
+
+    def _reread(self) -> bool:
+        """The group's file read again if it changed: tables added and removed (True if any)."""
+        text = _text(self.spec.file)
+        if text is None or text == self.text or self.spec.file is None:
+            return False
+        self.text = text
         try:
-            members.append(query.prepare(member, settings))
+            new = load_file(self.spec.file)
+            if new.kind != GROUP:
+                raise StreamingError(f"{self.spec.file}: kind is {new.kind}, no longer {GROUP}")
+        except StreamingError as exc:
+            log.warning(
+                "group %s: its file changed and cannot be read; the group goes on as it was: %s", self.spec.name, exc
+            )
+            return False
+        old = {m.name for m in self.spec.member_jobs()}
+        members = new.member_jobs()
+        gone = old - {m.name for m in members}
+        came = [m for m in members if m.name not in old]
+        if new.model_dump(exclude=LIVE_FIELDS) != self.spec.model_dump(exclude=LIVE_FIELDS):
+            print(
+                f"group {self.spec.name}: {self.spec.file} changed beyond its tables; the change takes effect when the "
+                f"group starts again (`cdcpipe jobs stop {self.spec.name}` and `cdcpipe jobs submit {self.spec.name}`)",
+                flush=True,
+            )
+            new = self.spec.model_copy(update={"tables": new.tables, "topics": new.topics})
+            new._file, members = self.spec.file, new.member_jobs()
+            came = [m for m in members if m.name not in old]
+        self.spec = new
+        if not (came or gone):
+            return False
+        self.remove(gone)
+        self.add(_prepared(came, self.settings, self.metrics))
+        print(f"group {new.name}: its file read again: {len(came)} jobs added, {len(gone)} removed", flush=True)
+        return True
+
+    def _say_members(self) -> None:
+        """Which members this driver runs now, parked ones included (what `tables add` and `remove` wait for)."""
+        path = members_file(self.settings, self.spec.name)
+        partial = path.with_suffix(".tmp")
+        partial.write_text(json.dumps({"members": sorted(m.name for m in self.spec.member_jobs())}))
+        partial.replace(path)
+
+
+def _text(file: Path | None) -> str | None:
+    try:
+        return file.read_text() if file is not None else None
+    except OSError:
+        return None
+
+
+def _prepared(members: list[JobSpec], settings: JobsSettings, metrics: GroupMetrics) -> list[query.Prepared]:
+    """Each member checked (topics, retention, contract); one that fails a check is parked before any Spark work."""
+    ready: list[query.Prepared] = []
+    for member in members:
+        try:
+            ready.append(query.prepare(member, settings))
         except CdcpipeError as exc:
             metrics.park(member)
             _park(member, settings, query.one_line(exc))
-    if not members:
-        raise StreamingError(f"group {spec.name}: every table is parked (`cdcpipe jobs status {spec.name}`)")
-    return members
+    return ready
 
 
 def _ready(jobs: dict[str, query.JobQuery]) -> dict[str, Offsets]:
@@ -175,19 +295,6 @@ def _ready(jobs: dict[str, query.JobQuery]) -> dict[str, Offsets]:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(zip(jobs, pool.map(ready, jobs.values()), strict=True))
-
-
-def _stop_turns(jobs: dict[str, query.JobQuery], turns: Turns) -> None:
-    """Graceful, every turn at once: each query stops between two of its batches."""
-    stopping = [jobs[name] for name in turns.running]
-    while stopping:
-        stopping = [job for job in stopping if not job.stop_between_batches()]
-        time.sleep(0.1)
-
-
-def _park_running(job: query.JobQuery, metrics: GroupMetrics, error: str) -> None:
-    metrics.park(job.spec)
-    job.close(_parked(job.spec, error))
 
 
 def _parked(member: JobSpec, error: str) -> str:

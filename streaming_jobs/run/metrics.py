@@ -158,6 +158,11 @@ class GroupMetrics(_Served):
     def park(self, member: JobSpec) -> None:
         self.parked.add(member.name)
 
+    def forget(self, member: str) -> None:
+        """A member out of the group: its series go."""
+        self.members.pop(member, None)
+        self.parked.discard(member)
+
 
 class _Members(Collector):
     """The members' registries as one exposition: a family per metric, a series per member (and its labels)."""

@@ -7,9 +7,9 @@ partitioned by month), filled before the capture and written to by the store's b
 checkpoint and contract. One table's schema change that its policy stops on parks that table alone, loudly
 (`jobs status`, `cdcpipe status`), while the others' changes keep arriving; each table's metrics come from the driver's
 one server under the table's own job, and the parked table's alert fires. The driver killed mid-stream, the
-policy fixed and the parked table rewound alone (`jobs rewind GROUP --table T`), the next start (which a table
-added to the group makes) catches every table up from its own checkpoint, nothing applied twice; a table
-removed leaves the group.
+policy fixed and the parked table rewound alone (`jobs rewind GROUP --table T`), the next start catches every
+table up from its own checkpoint, nothing applied twice; a table added to the running group joins it and one
+removed leaves it, the driver not restarted.
 """
 
 from __future__ import annotations
@@ -197,21 +197,29 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         rewound = cdcpipe("jobs", "rewind", group, "--table", f"{schema}.category", "--to", "earliest", env=env)
         assert rewound.returncode == 0, rewound.stdout + rewound.stderr
         assert f"{job['category']}: resumes from these offsets" in rewound.stdout, rewound.stdout
-        # A table added to the group joins it as the driver starts; the others resume where they were.
+        started = cdcpipe("jobs", "submit", group, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        driver = status(group, env)["pid"]
+        # A table added to the running group joins it (the driver reads its file again): no restart, and the
+        # others go on; the group's policy set by hand stays in the file.
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(schema, "late")))
             conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'x'), (2, 'y')").format(sql.Identifier(schema, "late")))
-        added = tables("add", f"{schema}.late", "--mirror", "--group", group, "--submit", env=env)
+        added = tables("add", f"{schema}.late", "--mirror", "--group", group, env=env)
         assert f"{schema}.late in the group" in added, added
-        assert f"submit     {group}: start" in added, added
+        assert f"submit     {group}: join" in added, added
+        assert 'column_added = "add"' in group_file.read_text()
         wait_until(converged(*rental_schema.TABLES, "late"), 300, "every table, the parked and the added one too")
         assert not any(m["last_error"] for m in _members(group, env).values())
         assert equal(*rental_schema.TABLES)
 
-        # A table removed leaves the group; the group file keeps the others.
+        # A table removed leaves the running group; the group file keeps the others; the driver is the same.
         removed = tables("remove", f"{schema}.late", "--yes", env=env)
         assert f"{schema}.late out of the group" in removed, removed
+        assert f"submit     {group}: leave" in removed, removed
         assert f'"{schema}.late"' not in group_file.read_text()
+        assert job["late"] not in _members(group, env)
+        assert status(group, env)["pid"] == driver, "the group's driver was not restarted"
     finally:
         cdcpipe("jobs", "stop", group, env=env)
         forget(outbox, env, schema)
