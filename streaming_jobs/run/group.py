@@ -2,9 +2,10 @@
 
 Each member (a table's mirror or history) keeps its own query, checkpoint, contract, dead letters and metrics,
 as its job alone would. The queries run in turns (streaming_jobs.run.turns): each tick of the group's trigger,
-one Kafka request reads the latest offsets of every member's topic, and the members behind get an available-now
-run of their query, at most `concurrent_tables` at once, the longest waiting first. An idle table costs the
-group nothing but its share of that one request.
+one Kafka request reads the latest offsets of every member's topic, and the members behind get a turn, at most
+`concurrent_tables` at once, the longest waiting first. A turn ends when another table waits and this one has
+had a batch, or when its topic has brought nothing for QUIET_S. An idle table costs the group nothing but its
+share of that one request.
 
 A member that fails is parked alone: its query stopped, its error written with its progress (`jobs status`
 shows it, `cdcpipe status` fails on it, `cdcpipe_job_parked` is 1), the others going on. It starts again with
@@ -45,6 +46,10 @@ from streaming_jobs.spark_session import build_spark_session
 log = logging.getLogger(__name__)
 # How often the group looks again for its topics' partitions (a partition added to a topic is read from then on).
 PARTITIONS_EVERY_S = 60.0
+# A turn with no records for this long ends, another table waiting or not: an idle query costs a trigger a second.
+QUIET_S = 30.0
+# A turn that has read nothing for this long gives its slot to a table waiting (records came, but not for it).
+YIELD_S = 5.0
 # What only a restart of the group changes: everything in its file but the tables and their topics.
 LIVE_FIELDS = {"tables", "topics"}
 
@@ -92,7 +97,7 @@ class Group:
         self.jobs: dict[str, query.JobQuery] = {}
         self.turns = Turns(slots=spec.concurrent_tables, topics={})
         metrics.turns = self.turns
-        self.started: dict[str, float] = {}  # when each turn in flight began
+        self.started: dict[str, tuple[float, int]] = {}  # each turn in flight: when it began, its batches before
         # The file as last read: none yet, as it may have changed since `spec` was read from it (a table added
         # while this driver started), so the first tick reads it again.
         self.text: str | None = None
@@ -107,7 +112,7 @@ class Group:
                     self.settings,
                     self.spark,
                     self.registry,
-                    None if self.once else self.chosen,
+                    self.chosen,
                     group=self.metrics,
                 )
             except Exception as exc:  # its query could not be planned (its table unreadable, say)
@@ -191,16 +196,29 @@ class Group:
             job = self.jobs[name]
             try:
                 in_turn = job.tick(stop, wait_s=0)
+                if in_turn and self._turn_over(name, job) and job.stop_between_batches():
+                    in_turn = job.tick(stop, wait_s=0)  # False now, or the error its query stopped on, raised
             except Exception as exc:
                 self._park_running(name, query.one_line(exc))
                 continue
             if not in_turn:
-                self.turns.done(name, job.turn_ended())
-                self.metrics.turn_seconds.observe(time.monotonic() - self.started.pop(name))
+                self.turns.done(name, job.turn_ended(), whole=self.once)
+                began, _ = self.started.pop(name)
+                self.metrics.turn_seconds.observe(time.monotonic() - began)
+
+    def _turn_over(self, name: str, job: query.JobQuery) -> bool:
+        """A turn ends when it had a batch and a table waits, or when its topic brought nothing for a while."""
+        if self.once:
+            return False  # an available-now run ends by itself
+        began, batches = self.started[name]
+        quiet_s = time.monotonic() - max(began, job.last_records_at)
+        if self.turns.waiting and (job.batches > batches or quiet_s >= YIELD_S):
+            return True
+        return quiet_s >= QUIET_S
 
     def _start_turns(self, latest: Offsets) -> None:
         for name in self.turns.take(latest):
-            self.started[name] = time.monotonic()
+            self.started[name] = (time.monotonic(), self.jobs[name].batches)
             try:
                 self.jobs[name].start()
             except Exception as exc:

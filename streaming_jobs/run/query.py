@@ -96,8 +96,8 @@ class JobQuery:
     ) -> None:
         """`group`: the table group's metrics, which serve this job's (else it serves its own).
 
-        A group's member reads in turns (streaming_jobs.run.turns): each start of its query is an available-now
-        run, and `trigger` is how often its group looks for records to read.
+        A group's member reads in turns (streaming_jobs.run.turns): its query starts when its turn does and
+        stops when the turn ends; `batches` and `last_records_at` say how the turn goes.
         """
         spec, where = prepared.spec, prepared.where
         self.spec, self.where, self.settings = spec, where, settings
@@ -113,7 +113,8 @@ class JobQuery:
         self.last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
         self.compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
         self.chosen = trigger or spec.trigger
-        self.in_turns = group is not None
+        self.batches = 0  # micro-batches with records, in this driver
+        self.last_records_at = 0.0  # when the last of them ended (monotonic)
         self.metrics = JobMetrics(
             spec, None if self.chosen == "available-now" else spec.processing_seconds(self.chosen)
         )
@@ -154,6 +155,8 @@ class JobQuery:
             done, dead = handle_batch(records, ctx, registry, ranges, classified=classified)
             self.counts["applied"] += done
             self.counts["dead_letters"] += dead
+            self.batches += 1
+            self.last_records_at = time.monotonic()
             if ctx.phases:
                 self.last_batch.update(ctx.phases.record())
                 if done or dead:
@@ -180,7 +183,7 @@ class JobQuery:
         if classified:
             stream = outbox_events.classify(stream, registry)
         writer = stream.writeStream.foreachBatch(each_batch).option("checkpointLocation", str(where.checkpoint))
-        if self.chosen == "available-now" or self.in_turns:
+        if self.chosen == "available-now":
             return writer.trigger(availableNow=True)
         return writer.trigger(processingTime=spec.processing_time(self.chosen))
 
@@ -245,7 +248,7 @@ class JobQuery:
             )
 
     def turn_ended(self) -> Offsets:
-        """A group member's turn over (its query ended well): its progress written; the offsets its last batch reached."""
+        """A group member's turn over (its query ended or stopped well): its progress written; where its last batch ended."""
         query = self.query
         if query is None:
             return {}

@@ -4,8 +4,10 @@ A hundred tables that each keep a streaming query running cost a trigger each pe
 (the driver at half a core, idle), and when they all change, a hundred batches at once exhaust the driver's
 memory and only queue behind each other on a few cores. So the group reads the latest stable offsets of all
 its topics at once, each tick, and gives a turn to the tables whose topics hold records past what they
-applied: the one waiting longest first, at most `slots` at a time. A turn is an available-now run of the
-table's own query, from its own checkpoint, which ends once it has read what its topic held when it started.
+applied: the one waiting longest first, at most `slots` at a time. A turn runs the table's own query, from
+its own checkpoint, with the group's trigger; it ends (the query stopped between two batches) once the table
+has had a batch and another table waits, or once its topic has brought nothing for a while. A busy table with
+no one waiting thus keeps its query, as a job of its own would; an idle one costs nothing.
 
 Pure bookkeeping, no Kafka and no Spark: the group's loop (streaming_jobs.run.group) feeds it.
 """
@@ -51,11 +53,16 @@ class Turns:
             self.running[member] = {tp: end for tp, end in latest.items() if tp[0] in self.topics[member]}
         return chosen
 
-    def done(self, member: str, reached: Offsets) -> None:
-        """A member's turn ended well: it applied at least what its topics held when the turn began, and `reached`."""
+    def done(self, member: str, reached: Offsets, *, whole: bool) -> None:
+        """A member's turn ended well: it applied up to `reached` (where its last batch ended).
+
+        `whole`: the turn read everything its topics held when it began (an available-now run that ended by
+        itself), which counts as applied too, even where no batch reported it. A turn stopped early (another
+        table waiting) applied what it reported, no more: the rest waits for its next turn.
+        """
         target = self.running.pop(member, {})
         applied = self.applied.setdefault(member, {})
-        for tp, offset in [*target.items(), *reached.items()]:
+        for tp, offset in [*(target.items() if whole else ()), *reached.items()]:
             applied[tp] = max(applied.get(tp, 0), offset)
 
     def drop(self, member: str) -> None:

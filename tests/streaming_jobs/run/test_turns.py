@@ -27,13 +27,25 @@ def test_the_longest_waiting_table_reads_first_and_a_turn_ended_moves_its_applie
     turns.see({("t.c", 0): 1}, now=1.0, members=TOPICS)
     turns.see(latest, now=2.0, members=TOPICS)
     assert turns.take(latest) == ["c", "a"]  # c first seen behind; then by name among equals
-    turns.done("a", {("t.a", 0): 3})  # the query read past what the group had seen
+    turns.done("a", {("t.a", 0): 3}, whole=True)  # the query read past what the group had seen
     assert turns.applied["a"] == {("t.a", 0): 3}
     turns.see(latest, now=3.0, members=TOPICS)
     assert "a" not in turns.waiting
     assert turns.take(latest) == ["b"]
-    turns.done("b", {})  # no progress report (nothing new when it started): what it was given to read
+    turns.done("b", {}, whole=True)  # an available-now run with no report (nothing new): what it was given
     assert turns.applied["b"] == {("t.b", 0): 1, ("t.b", 1): 2}
+    assert turns.take(latest) == []
+
+
+def test_a_turn_stopped_early_counts_only_what_its_batches_reached() -> None:
+    turns = Turns(slots=1, topics=dict(TOPICS), applied={"a": {("t.a", 0): 0}})
+    latest = {("t.a", 0): 1000}
+    turns.see(latest, now=1.0, members=["a"])
+    assert turns.take(latest) == ["a"]
+    turns.done("a", {("t.a", 0): 500}, whole=False)  # stopped for another table after one capped batch
+    assert turns.applied["a"] == {("t.a", 0): 500}
+    turns.see(latest, now=2.0, members=["a"])
+    assert turns.waiting == {"a": 2.0}  # the rest waits for its next turn
 
 
 def test_a_new_partition_and_a_parked_table() -> None:
