@@ -113,6 +113,7 @@ class JobQuery:
         self.last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
         self.compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
         self.chosen = trigger or spec.trigger
+        self.in_group = group is not None
         self.batches = 0  # micro-batches with records, in this driver
         self.last_records_at = 0.0  # when the last of them ended (monotonic)
         self.metrics = JobMetrics(
@@ -166,8 +167,6 @@ class JobQuery:
         reader = (
             spark.readStream.format("kafka")
             .options(**settings.kafka_reader_options())
-            # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
-            .option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}{spec.name}")
             .option("subscribe", ",".join(spec.topics))
             # Only a checkpoint Spark never wrote uses this: a new job, or a rewind/replay's new checkpoint.
             .option("startingOffsets", json.dumps(where.starting_offsets) if where.starting_offsets else "earliest")
@@ -175,6 +174,15 @@ class JobQuery:
             .option("kafka.isolation.level", "read_committed")
             .option("failOnDataLoss", "true")
         )
+        # The consumer groups of the jobs' principal share a prefix its ACL names (never committed).
+        if self.in_group:
+            # A group's table starts its query each turn, and Spark caches consumers (with the records they fetched)
+            # by group id: a new id each start left every turn's consumers cached for minutes, and at 100 tables
+            # they filled the driver's heap. One id per table (Spark assigns the partitions itself, so no two
+            # readers of it meet in a group) gives the next turn the cached consumer back.
+            reader = reader.option("kafka.group.id", f"{CONSUMER_GROUP_PREFIX}{spec.name}")
+        else:
+            reader = reader.option("groupIdPrefix", f"{CONSUMER_GROUP_PREFIX}{spec.name}")
         if spec.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", spec.max_offsets_per_trigger)
         stream = reader.load()
