@@ -277,6 +277,7 @@ class Group:
     def _say_members(self) -> None:
         """Which members this driver runs now, parked ones included (what `tables add` and `remove` wait for)."""
         path = members_file(self.settings, self.spec.name)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a driver run by hand, not by `jobs submit`, may be first
         partial = path.with_suffix(".tmp")
         partial.write_text(json.dumps({"members": sorted(m.name for m in self.spec.member_jobs())}))
         partial.replace(path)
