@@ -527,10 +527,11 @@ def _group_steps(
     added = [t for t in tables if t not in held]
     folder = current.file.parent if current is not None and current.file else settings.jobs.jobs_dirs[0]
     listed, read = held + added, topics + [files.topic_of(prefix, t) for t in added]
-    file = files.group_file(folder, name, listed, read, members)
     if current is not None and current.file is not None and added:
         # The file as it is (a policy or a trigger the user set stays), with the new tables in its two lists.
         file = files.regrouped(current.file, current.file.read_text(), listed, read) or _hand_made(current.file, added)
+    else:
+        file = files.group_file(folder, name, listed, read, members)
     if not added:
         steps = [Step("job", name, "unchanged", f"group {current.file if current else file.path} runs every table")]
     else:

@@ -126,10 +126,9 @@ class Group:
 
     def remove(self, names: set[str]) -> None:
         """Members out of the group: a turn in flight ends between two batches; their last progress written."""
-        in_turn = [self.jobs[name] for name in names if name in self.turns.running]
-        while in_turn:
-            in_turn = [job for job in in_turn if not job.stop_between_batches()]
-            time.sleep(0.1)
+        if not names:
+            return
+        _stop_between_batches([self.jobs[name] for name in names if name in self.turns.running])
         for name in names:
             job = self.jobs.pop(name, None)
             if job is not None:
@@ -149,7 +148,8 @@ class Group:
         first = True
         while self.jobs:
             if stop.is_set():
-                self._stop_turns()
+                # Graceful, every turn at once: each query stops between two of its batches.
+                _stop_between_batches([self.jobs[name] for name in self.turns.running])
                 return
             if not self.once and self._reread():
                 looked_at = 0.0  # new topics: their partitions
@@ -224,13 +224,6 @@ class Group:
             except Exception as exc:
                 self._park_running(name, query.one_line(exc))
 
-    def _stop_turns(self) -> None:
-        """Graceful, every turn at once: each query stops between two of its batches."""
-        stopping = [self.jobs[name] for name in self.turns.running]
-        while stopping:
-            stopping = [job for job in stopping if not job.stop_between_batches()]
-            time.sleep(0.1)
-
     def _park_running(self, name: str, error: str) -> None:
         job = self.jobs.pop(name)
         self.turns.drop(name)
@@ -281,6 +274,13 @@ class Group:
         partial = path.with_suffix(".tmp")
         partial.write_text(json.dumps({"members": sorted(m.name for m in self.spec.member_jobs())}))
         partial.replace(path)
+
+
+def _stop_between_batches(jobs: list[query.JobQuery]) -> None:
+    """Stop the queries, each between two of its batches, all at once: the wait is for the slowest batch."""
+    while jobs:
+        jobs = [job for job in jobs if not job.stop_between_batches()]
+        time.sleep(0.1)
 
 
 def _text(file: Path | None) -> str | None:
