@@ -96,15 +96,15 @@ def rss_mib(pid: int) -> float:
 
 
 class RssSampler(threading.Thread):
-    """Peak resident memory of a process, sampled every 100 ms."""
+    """Peak resident memory of a process (of several together: their sum), sampled every 100 ms."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, *pids: int) -> None:
         super().__init__(daemon=True)
-        self.pid, self.peak, self._halt = pid, 0.0, threading.Event()
+        self.pids, self.peak, self._halt = pids, 0.0, threading.Event()
 
     def run(self) -> None:
         while not self._halt.wait(0.1):
-            self.peak = max(self.peak, rss_mib(self.pid))
+            self.peak = max(self.peak, sum(rss_mib(pid) for pid in self.pids))
 
     def stop(self) -> float:
         self._halt.set()

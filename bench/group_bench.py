@@ -1,7 +1,7 @@
 """A table group at scale: many captured tables in one Spark driver, under a steady load spread over all of them.
 
     python bench/group_bench.py [--tables 100] [--rows 300] [--rate 1000] [--minutes 10] [--idle-s 60]
-                                [--baseline-minutes 3]
+                                [--baseline-minutes 3] [--join-rows 10000] [--drivers]
 
 Needs the stack running. As a user: a schema of `--tables` tables (int key, a bigint, a text) of `--rows` rows
 each, captured with `cdcpipe tables add --schema S --mirror --group G --submit` in folders of the run's own
@@ -19,7 +19,9 @@ each, captured with `cdcpipe tables add --schema S --mirror --group G --submit` 
 4. join: a table of `--join-rows` rows added to the running group (`tables add T --group G`): the seconds until
    its mirror holds them; restart: the group stopped and submitted again, its backlog empty: the seconds until
    its driver runs every table and until its metrics say none reads or waits;
-5. baseline (unless `--baseline-minutes 0`): the group stopped, one more table with a mirror job of its own
+5. one driver each (`--drivers`): as many tables again, captured without a group (a job and a driver per table,
+   today's way), the same figures (snapshot, idle, load) beside the group's and their ratios;
+6. baseline (unless `--baseline-minutes 0`): the group stopped, one more table with a mirror job of its own
    (`tables add T --mirror --submit`), the same total rate into that one table; the ratio of the p50s.
 Then every mirror is compared with its table (row counts and the sum of the bigint column). Writes
 bench/results/group.json and prints it.
@@ -114,30 +116,33 @@ def driver_pids(run_dir: Path, job: str) -> list[int]:
     return sorted(tree)
 
 
-def lag_records(targets: Path, job: str) -> float:
-    """Records in the job's topics past what it applied (every table's summed), as its driver last saw them."""
+def _metrics_text(targets: Path, job: str) -> str:
     target = json.loads((targets / f"job-{job}.json").read_text())[0]["targets"][0]
-    text = httpx.get(f"http://{target}/metrics", timeout=10).text
+    return httpx.get(f"http://{target}/metrics", timeout=10).text
+
+
+def lag_records(targets: Path, jobs: list[str]) -> float:
+    """Records in the jobs' topics past what they applied (every table's summed), as their drivers last saw them."""
     return sum(
         sample.value
-        for family in text_string_to_metric_families(text)
+        for job in jobs
+        for family in text_string_to_metric_families(_metrics_text(targets, job))
         if family.name == "cdcpipe_job_kafka_lag_records"
         for sample in family.samples
     )
 
 
-def buckets(targets: Path, job: str) -> dict[float, float]:
-    """The job's latency histogram now, every table's series summed: {upper bound: cumulative count}."""
-    target = json.loads((targets / f"job-{job}.json").read_text())[0]["targets"][0]
-    text = httpx.get(f"http://{target}/metrics", timeout=10).text
+def buckets(targets: Path, jobs: list[str]) -> dict[float, float]:
+    """The jobs' latency histogram now, every table's series summed: {upper bound: cumulative count}."""
     found: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != LATENCY:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                found[bound] = found.get(bound, 0.0) + sample.value
+    for job in jobs:
+        for family in text_string_to_metric_families(_metrics_text(targets, job)):
+            if family.name != LATENCY:
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    bound = float(sample.labels["le"])
+                    found[bound] = found.get(bound, 0.0) + sample.value
     return found
 
 
@@ -169,24 +174,23 @@ def loaded(
     rows: int,
     rate: int,
     minutes: float,
-    job: str,
+    jobs: list[str],
     window_s: float = 60,
 ) -> dict[str, Any]:
-    """`rate` changes/s over `tables` for `minutes`: latency per window from the job's metrics, peak RSS."""
+    """`rate` changes/s over `tables` for `minutes`: latency per window from the jobs' metrics, peak RSS (summed)."""
     run_dir, targets = Path(env["CDCPIPE_RUN_DIR"]), Path(env["CDCPIPE_METRICS_TARGETS_DIR"])
-    pids = driver_pids(run_dir, job)
-    jvm = max(pids, key=rss_mib)
-    sampler = RssSampler(jvm)
+    pids = [pid for job in jobs for pid in driver_pids(run_dir, job)]
+    sampler = RssSampler(*pids)
     sampler.start()
     writer = Writer(dsn, tables, rows, rate)
-    first = last = buckets(targets, job)
+    first = last = buckets(targets, jobs)
     per_window: list[dict[str, Any]] = []
     cpu_before, began = cpu_seconds(pids), time.monotonic()
     writer.start()
     try:
         for n in range(max(1, round(60 * minutes / window_s))):
             time.sleep(max(0.0, began + window_s * (n + 1) - time.monotonic()))
-            now = buckets(targets, job)
+            now = buckets(targets, jobs)
             window = minus(now, last)
             per_window.append(
                 {"ends_s": round(window_s * (n + 1)), "p50_s": quantile(0.5, window), "p99_s": quantile(0.99, window)}
@@ -209,11 +213,11 @@ def loaded(
         "measured_changes": whole.get(float("inf"), 0.0),
         # The latency above is of the changes applied during the load: a job that falls behind leaves the rest out.
         "applied_share": round(whole.get(float("inf"), 0.0) / max(writer.changes, 1), 3),
-        "lag_at_end_records": lag_records(targets, job),
+        "lag_at_end_records": lag_records(targets, jobs),
         "per_window": per_window,
         "p99_last_over_first_window": round(p99s[-1] / p99s[0], 2) if len(p99s) > 1 and p99s[0] else None,
         "driver_cpu_share_of_a_core": round(cpu / took, 2),
-        "driver_peak_rss_mib": sampler.stop(),
+        "driver_peak_rss_mib": sampler.stop(),  # every process of the drivers: Python and JVM
     }
 
 
@@ -313,6 +317,66 @@ def group_gauges(targets: Path, group: str) -> dict[str, float]:
     }
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
+def made(dsn: str, schema: str, tables: list[str], rows: int) -> None:
+    """The tables (int key, a bigint, a text) of `rows` rows each, in `schema` (made if missing)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        for table in tables:
+            ident = sql.Identifier(schema, table)
+            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v bigint NOT NULL, note text)").format(ident))
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT g, 0, 'row ' || g FROM generate_series(0, %s) g").format(ident),
+                (rows - 1,),
+            )
+
+
+def idle(run_dir: Path, jobs: list[str], seconds: float) -> dict[str, Any]:
+    """The drivers' CPU over `seconds` without a change (a share of one core, all of them) and their memory."""
+    pids = [pid for job in jobs for pid in driver_pids(run_dir, job)]
+    cpu_before = cpu_seconds(pids)
+    time.sleep(seconds)
+    return {
+        "driver_cpu_share_of_a_core": round((cpu_seconds(pids) - cpu_before) / seconds, 3),
+        "driver_rss_mib": round(sum(rss_mib(p) for p in pids), 1),
+        "processes": len(pids),
+    }
+
+
+def one_driver_each(env: dict[str, str], dsn: str, schema: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Today's way beside the group: as many tables of the same shape, each with a driver of its own, same figures.
+
+    `tables add --schema S --mirror --submit` (no group): a job and a driver per table. The seconds until every
+    mirror holds its rows, the drivers' idle CPU and memory (all of them), the same load over their tables.
+    """
+    lake = Path(env["CDCPIPE_LAKE"])
+    tables = [f"d{n:03d}" for n in range(args.tables)]
+    job_of = {t: f"{schema}_{t}_mirror" for t in tables}
+    jobs = list(job_of.values())
+    made(dsn, schema, tables, args.rows)
+    result: dict[str, Any] = {"drivers": len(jobs)}
+    try:
+        began = time.monotonic()
+        cdcpipe(env, "tables", "add", "--schema", schema, "--mirror", "--submit")
+        result["tables_add_s"] = round(time.monotonic() - began, 1)
+        result["snapshot_in_every_mirror_s"] = round(
+            result["tables_add_s"] + wait_equal(dsn, schema, lake, tables, job_of, args.timeout_s), 1
+        )
+        result["idle"] = idle(Path(env["CDCPIPE_RUN_DIR"]), jobs, args.idle_s)
+        print(json.dumps({"drivers": result["idle"]}), flush=True)
+        idents = [sql.Identifier(schema, t) for t in tables]
+        result["load"] = loaded(env, dsn, idents, args.rows, args.rate, args.minutes, jobs, args.window_s)
+        result["load"]["caught_up_s"] = wait_equal(dsn, schema, lake, tables, job_of, args.timeout_s)
+        result["mirrors_differing"] = mirrors_equal(dsn, schema, lake, tables, job_of)
+    finally:
+        for job in jobs:
+            subprocess.run([sys.executable, "-m", "cdcpipe", "jobs", "stop", job], env=env, capture_output=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tables", type=int, default=100)
@@ -325,6 +389,11 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=1200.0, help="for the snapshot and each catch-up")
     parser.add_argument(
         "--join-rows", type=int, default=10_000, help="a table of this many rows joins the running group (0: skip)"
+    )
+    parser.add_argument(
+        "--drivers",
+        action="store_true",
+        help="then as many tables again with a driver each (today's way), the same figures beside the group's",
     )
     args = parser.parse_args()
     env = stack_env(StackSettings.load())
@@ -356,15 +425,7 @@ def main() -> None:
     tables = [f"t{n:03d}" for n in range(args.tables)]
     job_of = {t: f"{schema}_{t}_mirror" for t in tables}
     result: dict[str, Any] = {"benchmark": "group", "cores": os.cpu_count(), **vars(args)}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        for table in tables:
-            ident = sql.Identifier(schema, table)
-            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v bigint NOT NULL, note text)").format(ident))
-            conn.execute(
-                sql.SQL("INSERT INTO {} SELECT g, 0, 'row ' || g FROM generate_series(0, %s) g").format(ident),
-                (args.rows - 1,),
-            )
+    made(dsn, schema, tables, args.rows)
     with psycopg.connect(dsn) as conn:
         outbox.apply(conn, names, settings)
     try:
@@ -375,18 +436,10 @@ def main() -> None:
             result["tables_add_s"] + wait_equal(dsn, schema, folders["lake"], tables, job_of, args.timeout_s), 1
         )
         print(json.dumps({k: result[k] for k in ("tables_add_s", "snapshot_in_every_mirror_s")}), flush=True)
-        pids = driver_pids(folders["run"], group)
-        cpu_before = cpu_seconds(pids)
-        time.sleep(args.idle_s)
-        idle = cpu_seconds(pids) - cpu_before
-        result["idle"] = {
-            "driver_cpu_share_of_a_core": round(idle / args.idle_s, 3),
-            "driver_rss_mib": round(sum(rss_mib(p) for p in pids), 1),
-            "processes": len(pids),
-        }
+        result["idle"] = idle(folders["run"], [group], args.idle_s)
         print(json.dumps(result["idle"]), flush=True)
         idents = [sql.Identifier(schema, t) for t in tables]
-        result["group"] = loaded(env, dsn, idents, args.rows, args.rate, args.minutes, group, args.window_s)
+        result["group"] = loaded(env, dsn, idents, args.rows, args.rate, args.minutes, [group], args.window_s)
         result["group"]["caught_up_s"] = wait_equal(dsn, schema, folders["lake"], tables, job_of, args.timeout_s)
         if args.join_rows > 0:
             result["join"] = joined(env, dsn, schema, group, folders["lake"], job_of, args.join_rows, args.timeout_s)
@@ -396,17 +449,12 @@ def main() -> None:
         result["restart"] = restarted(env, group)
         print(json.dumps(result["restart"]), flush=True)
         cdcpipe(env, "jobs", "stop", group)
+        if args.drivers:
+            result["one_driver_each"] = one_driver_each(env, dsn, f"{schema}_d", args)
+            print(json.dumps({"one_driver_each": result["one_driver_each"]["load"]}), flush=True)
         if args.baseline_minutes > 0:
             alone = "alone"
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                ident = sql.Identifier(schema, alone)
-                conn.execute(
-                    sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v bigint NOT NULL, note text)").format(ident)
-                )
-                conn.execute(
-                    sql.SQL("INSERT INTO {} SELECT g, 0, 'row ' || g FROM generate_series(0, %s) g").format(ident),
-                    (args.rows - 1,),
-                )
+            made(dsn, schema, [alone], args.rows)
             cdcpipe(env, "tables", "add", f"{schema}.{alone}", "--mirror", "--submit")
             job_of[alone] = f"{schema}_{alone}_mirror"
             wait_equal(dsn, schema, folders["lake"], [alone], job_of, args.timeout_s)
@@ -417,7 +465,7 @@ def main() -> None:
                 args.rows,
                 args.rate,
                 args.baseline_minutes,
-                job_of[alone],
+                [job_of[alone]],
                 args.window_s,
             )
             cdcpipe(env, "jobs", "stop", job_of[alone])
@@ -431,7 +479,8 @@ def main() -> None:
         command = ["connectors", "delete", connector, "--drop-slot", "--drop-publication", "--yes"]
         subprocess.run([sys.executable, "-m", "cdcpipe", *command], env=env, capture_output=True, check=False)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            for dropped in (schema, f"{schema}_d"):
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(dropped)))
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(names.outbox_schema)))
         delete_connector_topics(env_kafka(env), prefix)
         shutil.rmtree(home, ignore_errors=True)
@@ -449,7 +498,18 @@ def main() -> None:
         "startup_at_most_90_s": (result.get("restart", {}).get("every_table_seen_caught_up_s") or 1e9) <= 90,
         "joined_table_mirrored_within_60_s": (result.get("join", {}).get("mirrored_s") or 1e9) <= 60,
     }
-    result["passed"] = not result.get("mirrors_differing")
+    drivers = result.get("one_driver_each", {})
+    if drivers:
+        result["group_over_one_driver_each"] = {
+            "idle_cpu": ratio(
+                result["idle"]["driver_cpu_share_of_a_core"], drivers["idle"]["driver_cpu_share_of_a_core"]
+            ),
+            "idle_rss": ratio(result["idle"]["driver_rss_mib"], drivers["idle"]["driver_rss_mib"]),
+            "snapshot_s": ratio(result["snapshot_in_every_mirror_s"], drivers["snapshot_in_every_mirror_s"]),
+            "load_p50": ratio(group_run.get("p50_s"), drivers["load"].get("p50_s")),
+            "load_p99": ratio(group_run.get("p99_s"), drivers["load"].get("p99_s")),
+        }
+    result["passed"] = not result.get("mirrors_differing") and not drivers.get("mirrors_differing")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "group.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -4,8 +4,8 @@ Each member (a table's mirror or history) keeps its own query, checkpoint, contr
 as its job alone would. The queries run in turns (streaming_jobs.run.turns): each tick of the group's trigger,
 one Kafka request reads the latest offsets of every member's topic, and the members behind get a turn, at most
 `concurrent_tables` at once, the longest waiting first. A turn ends when another table waits and this one has
-had a batch, or when its topic has brought nothing for QUIET_S. An idle table costs the group nothing but its
-share of that one request.
+had a batch, or when its topic has brought nothing for a while (turns.turn_over). An idle table costs the group
+nothing but its share of that one request.
 
 A member that fails is parked alone: its query stopped, its error written with its progress (`jobs status`
 shows it, `cdcpipe status` fails on it, `cdcpipe_job_parked` is 1), the others going on. It starts again with
@@ -40,16 +40,12 @@ from streaming_jobs.once.checkpoints import committed_offsets, write_progress
 from streaming_jobs.run import cluster, query
 from streaming_jobs.run.control import members_file
 from streaming_jobs.run.metrics import GroupMetrics
-from streaming_jobs.run.turns import Turns
+from streaming_jobs.run.turns import Turns, turn_over
 from streaming_jobs.spark_session import build_spark_session
 
 log = logging.getLogger(__name__)
 # How often the group looks again for its topics' partitions (a partition added to a topic is read from then on).
 PARTITIONS_EVERY_S = 60.0
-# A turn with no records for this long ends, another table waiting or not: an idle query costs a trigger a second.
-QUIET_S = 30.0
-# A turn that has read nothing for this long gives its slot to a table waiting (records came, but not for it).
-YIELD_S = 5.0
 # What only a restart of the group changes: everything in its file but the tables and their topics.
 LIVE_FIELDS = {"tables", "topics"}
 
@@ -168,12 +164,12 @@ class Group:
                 stop.wait(period_s)
                 continue
             unreachable = False
+            lags = self.turns.lags(latest, self.jobs)
             if not self.once or first:  # available-now: each member reads what its topic held when the group began
-                self.turns.see(latest, time.monotonic(), self.jobs)
+                self.turns.see(lags, time.monotonic())
                 first = False
             for name, job in self.jobs.items():
-                behind = self.turns.behind(name, latest)
-                job.metrics.set_lag({tp: behind.get(tp, 0) for tp in latest if tp[0] in job.spec.topics})
+                job.metrics.set_lag(lags[name])
             self._start_turns(latest)
             if self.once and not self.turns.running and not self.turns.waiting:
                 return
@@ -212,9 +208,7 @@ class Group:
             return False  # an available-now run ends by itself
         began, batches = self.started[name]
         quiet_s = time.monotonic() - max(began, job.last_records_at)
-        if self.turns.waiting and (job.batches > batches or quiet_s >= YIELD_S):
-            return True
-        return quiet_s >= QUIET_S
+        return turn_over(others_waiting=bool(self.turns.waiting), batches=job.batches - batches, quiet_s=quiet_s)
 
     def _start_turns(self, latest: Offsets) -> None:
         for name in self.turns.take(latest):

@@ -19,6 +19,23 @@ from dataclasses import dataclass, field
 
 from streaming_jobs.offsets import Offsets
 
+# A turn with no records for this long ends, another table waiting or not: an idle query costs a trigger a second.
+QUIET_S = 30.0
+# A turn that has read nothing for this long gives its slot to a table waiting (records came, but not for it).
+YIELD_S = 5.0
+
+
+def turn_over(*, others_waiting: bool, batches: int, quiet_s: float) -> bool:
+    """Whether a running turn ends now, between two batches.
+
+    `batches`: the batches it completed in this turn; `quiet_s`: seconds since its topic last brought records
+    (or since the turn began). With a table waiting, a turn ends after a batch, or once quiet for YIELD_S; with
+    none, a busy table keeps its query (as a job of its own would) and only a quiet one ends, after QUIET_S.
+    """
+    if others_waiting and (batches > 0 or quiet_s >= YIELD_S):
+        return True
+    return quiet_s >= QUIET_S
+
 
 @dataclass
 class Turns:
@@ -30,18 +47,33 @@ class Turns:
     waiting: dict[str, float] = field(default_factory=dict)  # member -> when it was first seen behind
     running: dict[str, Offsets] = field(default_factory=dict)  # member -> the offsets its turn reads up to, at least
 
+    def lags(self, latest: Offsets, members: Iterable[str]) -> dict[str, dict[tuple[str, int], int]]:
+        """Per member, per partition of its topics, the records past what it applied (0 where none).
+
+        One pass over `latest`, then each member's own partitions: a group's tick does this for a hundred
+        tables over hundreds of partitions, where a scan of every partition per table costs a hundred times more.
+        """
+        by_topic: dict[str, list[tuple[tuple[str, int], int]]] = {}
+        for tp, end in latest.items():
+            by_topic.setdefault(tp[0], []).append((tp, end))
+        lags: dict[str, dict[tuple[str, int], int]] = {}
+        for member in members:
+            applied = self.applied.get(member, {})
+            lags[member] = {
+                tp: max(0, end - applied.get(tp, 0))
+                for topic in self.topics[member]
+                for tp, end in by_topic.get(topic, ())
+            }
+        return lags
+
     def behind(self, member: str, latest: Offsets) -> dict[tuple[str, int], int]:
         """Per partition of the member's topics, the records past what it applied (only those with some)."""
-        applied = self.applied.get(member, {})
-        topics = self.topics[member]
-        return {
-            tp: end - applied.get(tp, 0) for tp, end in latest.items() if tp[0] in topics and end > applied.get(tp, 0)
-        }
+        return {tp: lag for tp, lag in self.lags(latest, [member])[member].items() if lag}
 
-    def see(self, latest: Offsets, now: float, members: Iterable[str]) -> None:
-        """The latest offsets read: each of `members` not in a turn and behind waits, from now if not already."""
-        for member in members:
-            if member not in self.running and member not in self.waiting and self.behind(member, latest):
+    def see(self, lags: dict[str, dict[tuple[str, int], int]], now: float) -> None:
+        """The members' lags read (`lags`): each not in a turn and behind waits, from now if not already."""
+        for member, lag in lags.items():
+            if member not in self.running and member not in self.waiting and any(lag.values()):
                 self.waiting[member] = now
 
     def take(self, latest: Offsets) -> list[str]:

@@ -28,6 +28,7 @@ import pytest
 from psycopg import sql
 
 from tests.support import rental_schema
+from tests.support.browser import render, worst_first
 from tests.support.capture import forget, tables, user_env
 from tests.support.jobs import read_delta, status
 from tests.support.outbox import Outbox
@@ -169,6 +170,13 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
             120,
             "the parked table's alert",
         )
+        # The stack's page puts the parked table first, before any table behind.
+        rows = worst_first(
+            render(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/consoles/cdcpipe.html", tmp_path / "page.png")
+        )
+        assert rows, "no row in the page's worst-first table"
+        assert rows[0]["parked"] == "1", rows
+        assert job["category"] in {r["job"] for r in rows if r["parked"] == "1"}, rows
         applied = stack.prometheus(f'cdcpipe_job_rows_applied_total{{job=~"{schema}_.*_mirror"}}')
         assert {r["metric"]["job"] for r in applied} == {job[t] for t in rental_schema.TABLES}, applied
         assert len({r["metric"]["instance"] for r in applied}) == 1, "one metrics server for the group's driver"

@@ -41,3 +41,9 @@ def figure(dom: str, figure_id: str) -> dict[str, int]:
     tag = re.search(rf'<figure id="{figure_id}"[^>]*>', dom)
     assert tag is not None, f"no figure {figure_id} on the page"
     return {k: int(v) for k, v in re.findall(r'data-(series|points)="(\d+)"', tag.group(0))}
+
+
+def worst_first(dom: str) -> list[dict[str, str]]:
+    """The rows of the page's worst-first table, in the order drawn: each one's job, lag and parked flag."""
+    rows = re.findall(r'<tr data-rank="(\d+)" data-job="([^"]*)" data-lag="([^"]*)" data-parked="([^"]*)"', dom)
+    return [{"rank": r, "job": j, "lag": lag, "parked": p} for r, j, lag, p in rows]

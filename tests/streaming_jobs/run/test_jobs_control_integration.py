@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from streaming_jobs.run.metrics import target_file
-from tests.support.browser import figure, render
+from tests.support.browser import figure, render, worst_first
 from tests.support.jobs import BALANCES, Event, alive_and, deposit, drain, job_env, jobs_command, opened, send, status
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
@@ -84,6 +84,13 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         assert "data-error" not in body.group(0), body.group(0)
         assert figure(dom, "lag")["points"] > 0
         assert name in dom, "the job is in the lag chart's legend"
+        # The worst first: parked tables, then the most behind; every job scraped is ranked, this one among them.
+        rows = worst_first(dom)
+        assert rows, "no row in the worst-first table"
+        order = [(-int(r["parked"]), -float(r["lag"])) for r in rows]
+        assert order == sorted(order), rows
+        assert [r["rank"] for r in rows] == [str(i) for i in range(len(rows))]
+        assert name in {r["job"] for r in rows} or len(rows) == 15, rows
         assert (tmp_path / "page.png").stat().st_size > 20_000, "a screenshot of drawn charts"
     finally:
         stopped = cdcpipe("jobs", "stop", name, env=env)
