@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import yaml
+from psycopg import sql
 
 from capture.config import CaptureSettings
 from capture.errors import CaptureError
@@ -177,11 +178,12 @@ def new_config(
         INCLUDE: entry(heartbeat),
         "snapshot.mode": "initial",
         "heartbeat.interval.ms": "10000",
-        "heartbeat.action.query": (
-            # Debezium runs it; both names are checked identifiers (schemas.config.check_identifier).
-            f'INSERT INTO "{names.outbox_schema}"."{schema.heartbeat_table}" (id, beat) VALUES (2, now()) '  # noqa: S608
-            "ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat"
-        ),
+        # Debezium runs it: the table's name quoted by psycopg, as every identifier of ours is.
+        "heartbeat.action.query": sql.SQL(
+            "INSERT INTO {} (id, beat) VALUES (2, now()) ON CONFLICT (id) DO UPDATE SET beat = EXCLUDED.beat"
+        )
+        .format(sql.Identifier(names.outbox_schema, schema.heartbeat_table))
+        .as_string(None),
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
         "key.converter.schemas.enable": "false",
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",

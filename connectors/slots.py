@@ -120,7 +120,8 @@ def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -
 
     Debezium runs the query at each heartbeat and, when Postgres refuses it, restarts the connector's task
     every heartbeat interval, its snapshot again each time, while Connect shows the task RUNNING. So the query
-    is planned here first (`EXPLAIN`, in a transaction rolled back: nothing it names is written), as the
+    is planned here first, never run: `EXPLAIN (ANALYZE false)` (a query that begins `ANALYZE` is no way to
+    make it EXPLAIN ANALYZE), one statement as a prepared statement, in a read-only transaction rolled back, as the
     connector's `database.user` when it is named (its privileges, not CDCPIPE_PG_DSN's), on CDCPIPE_PG_DSN's
     database when it is the connector's.
     """
@@ -132,6 +133,7 @@ def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -
     if named and not named.startswith("${") and named != database:
         return None  # another database than CDCPIPE_PG_DSN's: not one this can see (a provider's is taken as it)
     with _connect(settings, f"check {HEARTBEAT_QUERY} on Postgres") as conn, conn.transaction(force_rollback=True):
+        conn.execute("SET TRANSACTION READ ONLY")
         as_user = bool(user) and not user.startswith("${")
         row = conn.execute("SELECT current_user").fetchone()
         planner = str(row[0]) if row else "CDCPIPE_PG_DSN's user"
@@ -152,9 +154,13 @@ def heartbeat_query_problem(settings: ConnectSettings, config: dict[str, str]) -
                     planner,
                 )
         try:
-            conn.execute("EXPLAIN " + query)  # the user's own SQL, as Debezium runs it
+            # The user's own SQL, as Debezium runs it; a prepared statement holds one command only.
+            conn.execute("EXPLAIN (ANALYZE false) " + query, prepare=True)
         except psycopg.Error as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "multiple commands" in first:
+                log.warning("%s holds several statements: not checked, as Debezium runs it", HEARTBEAT_QUERY)
+                return None
             return (
                 f"Postgres (database {database}, as {planner}) refuses it ({first}), and Debezium would restart "
                 "the task every heartbeat: create what it names (`cdcpipe schema apply` makes <outbox "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from cdcpipe.common.private_files import write_private
+from cdcpipe.common.private_files import create_private_once
 from infra.config import StackSettings
 
 
@@ -15,7 +15,7 @@ def secret(settings: StackSettings, name: str) -> str:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / name
     if not path.exists():
-        write_private(path, secrets.token_urlsafe(24) + "\n")
+        create_private_once(path, secrets.token_urlsafe(24) + "\n")
     return path.read_text().strip()
 
 

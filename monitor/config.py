@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from cdcpipe.common.settings import StageSettings
 
@@ -14,8 +14,8 @@ class MonitorSettings(StageSettings):
 
     toml_section: ClassVar[str] = "monitor"
 
-    monitor_pg_dsn: str = Field(
-        "postgresql://cdcpipe_monitor@127.0.0.1:5432/cdcpipe",
+    monitor_pg_dsn: SecretStr = Field(
+        SecretStr("postgresql://cdcpipe_monitor@127.0.0.1:5432/cdcpipe"),
         description="libpq connection string of the monitor role (`schema apply` grants it pg_monitor and SELECT "
         "on the outbox tables); its password from PGPASSFILE",
     )

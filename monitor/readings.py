@@ -21,6 +21,7 @@ from outbox_relay import redrive
 from outbox_relay.redrive import RelayStatus
 from schemas.config import OutboxNames
 from streaming_jobs.config import JobsSettings
+from streaming_jobs.jobs.spec import JOB_NAME
 from streaming_jobs.run import control
 
 T = TypeVar("T")
@@ -104,7 +105,7 @@ def connect(settings: MonitorSettings) -> psycopg.Connection[Any]:
     """A connection as the monitor role, bounded (connecting and each statement)."""
     seconds = max(1, int(settings.monitor_timeout_s))
     return psycopg.connect(
-        settings.monitor_pg_dsn,
+        settings.monitor_pg_dsn.get_secret_value(),
         autocommit=True,
         connect_timeout=seconds,
         options=f"-c statement_timeout={seconds * 1000}",
@@ -136,6 +137,8 @@ def drivers(settings: JobsSettings) -> list[Driver]:
         return []
     found = []
     for path in sorted(settings.run_dir.glob("*.pid")):
+        if not path.is_file() or not JOB_NAME.match(path.stem):
+            continue  # not a job's pid file (the folder is the user's): nothing of ours to show
         process = control.tracked(settings, path.stem)
         pid = process.pid()
         error = None if pid is not None else control.last_error(process.log_tail(control.ERROR_SEARCH_LINES))

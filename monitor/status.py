@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from cdcpipe.common.settings import dsn_shown
 from connectors.config import ConnectSettings
 from connectors.slots import SlotStatus, human_bytes
 from infra import stack
@@ -67,7 +68,7 @@ def lines(parts: Parts) -> list[Line]:
             Line(
                 FAIL,
                 "postgres",
-                f"cannot read as {parts.monitor.monitor_pg_dsn.split('@')[0].split('//')[-1]}: {pg.error}",
+                f"cannot read as {dsn_shown(parts.monitor.monitor_pg_dsn.get_secret_value())}: {pg.error}",
                 "cdcpipe schema apply (it makes the monitor role); CDCPIPE_MONITOR_PG_DSN names it",
             )
         )

@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 from cdcpipe.common.home import default_home
 from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import StageSettings, split_list
+from cdcpipe.common.settings import StageSettings, revealed, split_list
 from streaming_jobs.lake.paths import LakePath, check_lake
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 
@@ -97,7 +97,7 @@ class JobsSettings(StageSettings):
     object_store: ObjectStoreSettings = Field(
         default_factory=ObjectStoreSettings.load, description="the S3 API of an s3a:// lake ([object_store])"
     )
-    lease_pg_dsn: str | None = Field(
+    lease_pg_dsn: SecretStr | None = Field(
         None,
         description="Postgres holding each table's writer lease (one writer at a time, across machines); any role "
         "that may connect, its password from PGPASSFILE",
@@ -108,7 +108,7 @@ class JobsSettings(StageSettings):
         description="how long a writer waits for a table's lease held by another (a running batch, a backfill's "
         "chunk, an optimize) before it gives up, naming the holder",
     )
-    source_pg_dsn: str | None = Field(
+    source_pg_dsn: SecretStr | None = Field(
         None,
         description="the captured tables' Postgres, read-only catalog access: tells a renamed column from a dropped "
         "and added one (table kinds), its password from PGPASSFILE",
@@ -143,10 +143,10 @@ class JobsSettings(StageSettings):
         """The lake, its store, its leases and the Kafka client as variables: a child process reads what this one read."""
         env = {"CDCPIPE_LAKE": self.lake, **self.object_store.environment(), **self.kafka.environment()}
         if self.lease_pg_dsn:
-            env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn
+            env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn.get_secret_value()
         env["CDCPIPE_LEASE_WAIT_S"] = str(self.lease_wait_s)
         if self.source_pg_dsn:
-            env["CDCPIPE_SOURCE_PG_DSN"] = self.source_pg_dsn
+            env["CDCPIPE_SOURCE_PG_DSN"] = self.source_pg_dsn.get_secret_value()
         return env
 
     def kafka_reader_options(self) -> dict[str, str]:
@@ -155,4 +155,6 @@ class JobsSettings(StageSettings):
 
     def lake_root(self) -> LakePath:
         """The lake, with what reaching it takes (its store's settings, the writer leases' Postgres)."""
-        return LakePath(check_lake(str(self.lake)), LakeAccess(self.object_store, self.lease_pg_dsn, self.lease_wait_s))
+        return LakePath(
+            check_lake(str(self.lake)), LakeAccess(self.object_store, revealed(self.lease_pg_dsn), self.lease_wait_s)
+        )

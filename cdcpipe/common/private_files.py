@@ -22,6 +22,24 @@ def write_private(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def create_private_once(path: Path, text: str) -> None:
+    """Make `path` (0600) holding `text` unless it exists; a reader sees no file or the whole of one, never a part.
+
+    Two processes making the same secret at once (two `cdcpipe` commands on a fresh stack) each write their
+    own file under a name of their own and link it into place; the link fails for the second, which keeps
+    the first one's. Opened with O_TRUNC in place, one could read the file empty, or use a value the other
+    then overwrote.
+    """
+    draft = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    write_private(draft, text)
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        pass  # another made it first: theirs is the one
+    finally:
+        draft.unlink()
+
+
 def open_private_log(path: Path) -> int:
     """A file descriptor appending to `path`, created 0600: a service's log may print a secret."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE)

@@ -65,7 +65,7 @@ class TrackedProcess:
         try:
             pid_text, start = self.pid_file.read_text().split()
             return int(pid_text), start
-        except (FileNotFoundError, ValueError):
+        except (OSError, ValueError):  # none, unreadable, a folder, or not what start() writes: no process of ours
             return None
 
     def pid(self) -> int | None:

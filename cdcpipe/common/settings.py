@@ -12,7 +12,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ValidationError
+from psycopg.conninfo import conninfo_to_dict
+from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -125,7 +126,9 @@ class StageSettings(BaseSettings):
             if isinstance(field.annotation, type) and issubclass(field.annotation, StageSettings):
                 continue  # a shared section (`kafka`): described once, under its own name
             value = field.default_factory() if field.default_factory is not None else field.default  # type: ignore[call-arg]
-            default = _shown(value)
+            # A connection string's default says where and as whom (never a password: a default has none to show).
+            is_dsn = name.endswith("_dsn") and isinstance(value, SecretStr)
+            default = dsn_shown(value.get_secret_value()) if is_dsn else _shown(value)
             rows.append((f"{ENV_PREFIX}{name.upper()}", default, field.description or ""))
         return rows
 
@@ -150,6 +153,27 @@ def _shown(value: object) -> str:
         separator = ":" if value and all(isinstance(v, Path) for v in value) else ","
         return separator.join(sorted(str(v) for v in value) if isinstance(value, (set, frozenset)) else map(str, value))
     return str(value)
+
+
+def revealed(value: SecretStr | None) -> str | None:
+    """An optional secret setting's value, at the one place it is used (a connection, a child's environment)."""
+    return value.get_secret_value() if value is not None else None
+
+
+def dsn_shown(dsn: str) -> str:
+    """A libpq connection string as it may be printed: `postgresql://user@host:port/dbname`, nothing else of it.
+
+    A URL's `user:password@` and a keyword string's `password=` are secrets; so may other keywords be (a
+    `sslkey` path, `options`): only the four parts that say where and as whom are ever shown.
+    """
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # not a connection string libpq reads: nothing of it is shown
+        return "(a connection string libpq cannot read)"
+    user = f"{parts['user']}@" if parts.get("user") else ""
+    return (
+        f"postgresql://{user}{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/{parts.get('dbname') or ''}"
+    )
 
 
 def split_list(value: object, separator: str = ",") -> object:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
+from cdcpipe.common.settings import revealed
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes
@@ -140,7 +141,7 @@ def _table_changes(records: DataFrame, ctx: BatchContext) -> tuple[BatchContext,
     with ctx.step("classify.plan"):
         start, own = schema_change.table_contract(ctx.table, ctx.job.source_table or "")
         contract, plans = schema_change.reconcile(
-            ctx.spark, ctx.job, ctx.table, start, shapes, lambda: JobsSettings.load().source_pg_dsn, own
+            ctx.spark, ctx.job, ctx.table, start, shapes, lambda: revealed(JobsSettings.load().source_pg_dsn), own
         )
         changes = table_changes.classify(slim, contract, plans).cache()
     return replace(ctx, contract=contract, raw=records), changes, slim

@@ -9,11 +9,13 @@ Debezium told not to create it).
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+from psycopg.conninfo import conninfo_to_dict
 
 from tests.support.connectors import outbox_connector, wait_slot_active, wait_state, write_definition
 from tests.support.kafka import create_topics
@@ -140,3 +142,41 @@ def test_debezium_connect_and_the_broker_serve_their_jmx_metrics_and_a_wrong_pas
         60,
         "the failed-authentication alert to fire",
     )
+
+
+def test_status_names_the_monitor_role_by_user_and_host_never_its_password(stack: Stack) -> None:
+    """A DSN's password (a URL's `user:password@`, a keyword string's `password=`) is never printed.
+
+    The password here is wrong, so Postgres refuses the monitor role and `status` says as whom it could not read.
+    """
+    secret = f"wrong-{uuid.uuid4().hex}"
+    pg = conninfo_to_dict(stack.pg_dsn)
+    host, port = pg.get("host", "127.0.0.1"), pg.get("port", "5432")
+    for dsn in (
+        f"postgresql://cdcpipe_monitor:{secret}@{host}:{port}/cdcpipe",
+        f"host={host} port={port} dbname=cdcpipe user=cdcpipe_monitor password={secret}",
+    ):
+        env = {**stack.env, "CDCPIPE_MONITOR_PG_DSN": dsn, "CDCPIPE_MONITOR_TIMEOUT_S": "5"}
+        for shown in (cdcpipe("status", env=env), cdcpipe("status", "--json", env=env)):
+            said = shown.stdout + shown.stderr
+            assert secret not in said, said
+            assert f"cannot read as postgresql://cdcpipe_monitor@{host}:{port}/cdcpipe" in said, said
+
+
+def test_status_reads_past_stray_files_in_the_run_folder(stack: Stack, tmp_path: Path) -> None:
+    """Files named like a job's pid file that are not one are passed over; `status` shows the real job.
+
+    A name no job may have, a folder, garbage: none ends `status` in an error (it did, with a traceback).
+    """
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "not a job!.pid").write_text("garbage")
+    (run / "a-folder.pid").mkdir()
+    (run / "garbled.pid").write_text("x y z")
+    (run / "gone_job.pid").write_text("1 0")  # a job's file whose driver is gone
+    shown = cdcpipe("status", env={**stack.env, "CDCPIPE_RUN_DIR": str(run)})
+    said = shown.stdout + shown.stderr
+    assert "Traceback" not in said, said
+    assert "Error:" not in said, said
+    assert "FAIL job gone_job" in said, said
+    assert "not a job!" not in said, said

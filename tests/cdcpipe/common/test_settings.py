@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from cdcpipe.common.errors import ConfigError
 from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import StageSettings
+from cdcpipe.common.settings import StageSettings, dsn_shown
 from infra.config import StackSettings
 
 
@@ -166,3 +166,17 @@ def test_a_whole_model_error_says_what_and_how_without_a_dump(monkeypatch: pytes
     assert SECRET not in message
     assert message.startswith("invalid settings: give the Connect password once: CDCPIPE_CONNECT_PASSWORD or"), message
     assert "{" not in message, "no dump of the model"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://mon:pw-1@db.example:6543/app?sslmode=require", "postgresql://mon@db.example:6543/app"),
+        ("host=db user=mon password=pw-1 dbname=app options='-c search_path=x'", "postgresql://mon@db:5432/app"),
+        ("postgresql:///app", "postgresql://localhost:5432/app"),
+        ("host=db password='unterminated", "(a connection string libpq cannot read)"),
+    ],
+)
+def test_a_dsn_is_shown_by_where_and_as_whom_only(dsn: str, shown: str) -> None:
+    assert dsn_shown(dsn) == shown
+    assert "pw-1" not in dsn_shown(dsn)
