@@ -84,14 +84,72 @@ def paused(settings: JobsSettings, name: str) -> Iterator[bool]:
     """Stop the job gracefully if it runs, and start it again afterwards the way it was submitted.
 
     Yields whether it was running. If the block fails, the job stays stopped: the error is the user's to read
-    before anything resumes. A table group's job pauses its group's driver: the group's other tables resume
-    from their own checkpoints, re-reading nothing.
+    before anything resumes. A table of a running group is set aside instead: its turns stop between two
+    batches while the group's other tables go on, and it takes turns again after the block.
     """
     driver = _driver_of(settings, name)
+    if driver != name and tracked(settings, driver).pid() is not None:
+        with _set_aside(settings, driver, name):
+            yield True
+        return
     was_running = stop(settings, driver)
     yield was_running
     if was_running:
         _resubmit(settings, driver)
+
+
+def aside_folder(settings: JobsSettings, group: str) -> Path:
+    """Where a table of a running group is set aside (a file per member, holding its setter's pid)."""
+    return settings.run_dir / f"{check_name(group)}.aside"
+
+
+def set_aside(settings: JobsSettings, group: str) -> set[str]:
+    """The members of the group set aside now: those whose setter (a `cdcpipe` command) still runs.
+
+    A setter killed before it could put its table back leaves its file: a pid no longer running, ignored.
+    """
+    found: set[str] = set()
+    try:
+        marks = list(aside_folder(settings, group).iterdir())
+    except OSError:
+        return found
+    for mark in marks:
+        try:
+            os.kill(int(mark.read_text().split()[0]), 0)
+        except (OSError, ValueError, IndexError):
+            continue
+        found.add(mark.name)
+    return found
+
+
+@contextmanager
+def _set_aside(settings: JobsSettings, group: str, name: str) -> Iterator[None]:
+    """One table of a running group out of its turns while the block runs, the others going on; back in after.
+
+    Back in after an error too: what such a block changes takes effect at its last step only
+    (`locations.switch`), so a block that failed left the table where it was, to go on from there.
+    """
+    before = _members_now(settings, group)
+    folder = aside_folder(settings, group)
+    folder.mkdir(parents=True, exist_ok=True)
+    mark = folder / name
+    mark.write_text(f"{os.getpid()}\n")
+    try:
+        await_members(settings, group, before - {name})
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+        await_members(settings, group, before | {name})
+
+
+def _members_now(settings: JobsSettings, group: str) -> set[str]:
+    try:
+        return set(json.loads(members_file(settings, group).read_text())["members"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StreamingError(
+            f"group {group}'s driver runs but has not said its tables yet ({members_file(settings, group)}): "
+            "try again once it has started"
+        ) from exc
 
 
 def _driver_of(settings: JobsSettings, name: str) -> str:

@@ -38,7 +38,7 @@ from streaming_jobs.jobs.spec import GROUP, JobSpec, load_file
 from streaming_jobs.offsets import KafkaPositions, Offsets, Partition
 from streaming_jobs.once.checkpoints import committed_offsets, write_progress
 from streaming_jobs.run import cluster, query
-from streaming_jobs.run.control import members_file
+from streaming_jobs.run.control import members_file, set_aside
 from streaming_jobs.run.metrics import GroupMetrics
 from streaming_jobs.run.turns import Turns, turn_over
 from streaming_jobs.spark_session import build_spark_session
@@ -54,7 +54,8 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
     """Run the group's members in turns until `stop` is set (or, available-now, until each has read its backlog)."""
     chosen = trigger or spec.trigger
     metrics = GroupMetrics(spec)  # one server for every table's metrics, and which are parked
-    members = _prepared(spec.member_jobs(), settings, metrics)
+    aside = set_aside(settings, spec.name)  # a table being replayed or rewound while the group restarts
+    members = _prepared([m for m in spec.member_jobs() if m.name not in aside], settings, metrics)
     if not members:
         raise StreamingError(f"group {spec.name}: every table is parked (`cdcpipe jobs status {spec.name}`)")
     spark = build_spark_session(settings, app_name=cluster.application_name(spec.name))
@@ -62,6 +63,7 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
         port = metrics.start(settings.metrics_targets_dir)
         print(f"group {spec.name}: metrics of every table on http://127.0.0.1:{port}/metrics", flush=True)
     group = Group(spec, settings, spark, checked_registry(spark), metrics, chosen)
+    group.aside = aside
     try:
         group.add(members)
         print(
@@ -97,6 +99,8 @@ class Group:
         # The file as last read: none yet, as it may have changed since `spec` was read from it (a table added
         # while this driver started), so the first tick reads it again.
         self.text: str | None = None
+        # Members set aside by a command working on that table alone (`jobs replay --swap`, `rewind`): not run.
+        self.aside: set[str] = set()
 
     def add(self, members: list[query.Prepared]) -> None:
         """Members checked (`_prepared`) get their query; each waits for a turn if its topic holds records for it."""
@@ -226,10 +230,29 @@ class Group:
         job.close(_parked(job.spec, error))
 
     def _reread(self) -> bool:
-        """The group's file read again if it changed: tables added and removed (True if any)."""
+        """The group's file read again if it changed, and the tables set aside: members added and removed (True if any)."""
+        old = self._active()
+        self._read_file()
+        self.aside = set_aside(self.settings, self.spec.name)
+        new = self._active()
+        gone = old - new
+        came = [m for m in self.spec.member_jobs() if m.name in new - old]
+        if not (came or gone):
+            return False
+        self.remove(gone)
+        self.add(_prepared(came, self.settings, self.metrics))
+        print(f"group {self.spec.name}: {len(came)} jobs added, {len(gone)} removed", flush=True)
+        return True
+
+    def _active(self) -> set[str]:
+        """The members this driver runs (or holds parked): every member of its file but those set aside."""
+        return {m.name for m in self.spec.member_jobs()} - self.aside
+
+    def _read_file(self) -> None:
+        """`spec` from the group's file again when the file changed; only its tables take effect before a restart."""
         text = _text(self.spec.file)
         if text is None or text == self.text or self.spec.file is None:
-            return False
+            return
         self.text = text
         try:
             new = load_file(self.spec.file)
@@ -239,11 +262,7 @@ class Group:
             log.warning(
                 "group %s: its file changed and cannot be read; the group goes on as it was: %s", self.spec.name, exc
             )
-            return False
-        old = {m.name for m in self.spec.member_jobs()}
-        members = new.member_jobs()
-        gone = old - {m.name for m in members}
-        came = [m for m in members if m.name not in old]
+            return
         if new.model_dump(exclude=LIVE_FIELDS) != self.spec.model_dump(exclude=LIVE_FIELDS):
             print(
                 f"group {self.spec.name}: {self.spec.file} changed beyond its tables; the change takes effect when the "
@@ -251,22 +270,15 @@ class Group:
                 flush=True,
             )
             new = self.spec.model_copy(update={"tables": new.tables, "topics": new.topics})
-            new._file, members = self.spec.file, new.member_jobs()
-            came = [m for m in members if m.name not in old]
+            new._file = self.spec.file
         self.spec = new
-        if not (came or gone):
-            return False
-        self.remove(gone)
-        self.add(_prepared(came, self.settings, self.metrics))
-        print(f"group {new.name}: its file read again: {len(came)} jobs added, {len(gone)} removed", flush=True)
-        return True
 
     def _say_members(self) -> None:
         """Which members this driver runs now, parked ones included (what `tables add` and `remove` wait for)."""
         path = members_file(self.settings, self.spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)  # a driver run by hand, not by `jobs submit`, may be first
         partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps({"members": sorted(m.name for m in self.spec.member_jobs())}))
+        partial.write_text(json.dumps({"members": sorted(self._active())}))
         partial.replace(path)
 
 
