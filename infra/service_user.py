@@ -63,15 +63,47 @@ def service_user(service: str) -> str | None:
     return user
 
 
+def private_folder(path: Path, mode: int = 0o700) -> None:
+    """`path` a folder (made if missing, its parents too) of `mode`: never through a symbolic link in its place.
+
+    Root sets the mode at every start, in folders a service user may write to: that user could swap the folder
+    for a link to anything (/etc), which a chmod that follows links would open or close. Opened with
+    O_NOFOLLOW, a link is refused, naming it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.is_symlink():
+        path.mkdir(exist_ok=True)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ServiceStartError(
+            f"{path} is not a folder ({exc.strerror}): the stack keeps a folder of its own there, and a symbolic "
+            f"link in its place is refused; remove it (`rm {path}`) and start again"
+        ) from exc
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
 def hand_over(user: str | None, *paths: Path) -> None:
-    """Make `user` the owner of each path (a folder with everything in it); modes are kept. None: nothing."""
+    """Make `user` the owner of each path (a folder with everything in it); modes are kept. None: nothing.
+
+    No link is followed: a path that is a symbolic link is refused, and inside a folder a link is handed
+    over itself, never what it points to.
+    """
     if user is None:
         return
     entry = pwd.getpwnam(user)
     for path in paths:
+        if path.is_symlink():
+            raise ServiceStartError(
+                f"{path} is a symbolic link where the stack keeps a file or folder of its own for {user}: "
+                f"remove it (`rm {path}`) and start again"
+            )
         if not path.exists():
             continue
-        os.chown(path, entry.pw_uid, entry.pw_gid)
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
         if path.is_dir():
             for parent, folders, files in os.walk(path):
                 for name in folders + files:

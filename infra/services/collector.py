@@ -16,6 +16,7 @@ import httpx
 
 from cdcpipe.common.private_files import write_private
 from infra.errors import ServiceNotReadyError
+from infra.service_user import private_folder
 from infra.services.base import MONITOR_ROLE, ROLE_SECRETS, PortSpec, Service
 from infra.services.connect import REST_USER
 from infra.services.postgres import Postgres
@@ -52,8 +53,7 @@ class Collector(Service):
         return self.folder
 
     def prepare(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.folder.chmod(0o700)
+        private_folder(self.folder)
         password = secret(self.settings, ROLE_SECRETS[MONITOR_ROLE])
         write_private(self.passfile, f"127.0.0.1:*:*:{MONITOR_ROLE}:{password}\n")
         write_private(self.connect_password_file, secret(self.settings, "connect_rest_password") + "\n")

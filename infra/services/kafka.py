@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from cdcpipe.common.private_files import write_private
 from infra import kafka_security, tls
 from infra.errors import ServiceNotReadyError, ServiceStartError
-from infra.service_user import hand_over
+from infra.service_user import hand_over, private_folder
 from infra.services.base import PortSpec, Service, properties
 
 SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -129,9 +129,8 @@ class Kafka(Service):
             ),
         )
         user = self.run_as()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         # Its segments hold every event in clear, past TLS, SASL and ACLs: the broker's user alone may enter.
-        self.data_dir.chmod(0o700)
+        private_folder(self.data_dir)
         # The broker's own files: its log folder, its config (passwords) and its key. Nothing else.
         hand_over(user, self.data_dir, self.config_file, folder / "broker.pem")
         self._hand_over_gc_log()

@@ -13,7 +13,7 @@ import httpx
 from cdcpipe.common.private_files import write_private
 from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError
-from infra.service_user import hand_over
+from infra.service_user import hand_over, private_folder
 from infra.services.base import PortSpec, Service, properties
 from infra.stack_secrets import secret
 
@@ -70,8 +70,7 @@ class ObjectStore(Service):
         # A bucket of the filesystem backend is a folder; made here, it exists from the first start on. The backend
         # takes a folder others may read for a public-read bucket, served without a signature: 0700, both.
         for folder in (self.data_dir, self.data_dir / BUCKET):
-            folder.mkdir(exist_ok=True)
-            folder.chmod(0o700)
+            private_folder(folder)
         write_private(  # holds the secret key
             self.config_file,
             properties(

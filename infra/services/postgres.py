@@ -16,6 +16,7 @@ from psycopg import sql
 from cdcpipe.common.private_files import write_private
 from cdcpipe.common.scram import scram_verifier
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
+from infra.service_user import private_folder
 from infra.services.base import JOBS_ROLE, MONITOR_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service
 from infra.stack_secrets import secret, secret_file
 
@@ -82,8 +83,7 @@ class Postgres(Service):
         if (data / "PG_VERSION").exists():
             return
         user = self.run_as()
-        data.mkdir(parents=True, exist_ok=True)
-        data.chmod(0o700)
+        private_folder(data)
         pwfile = data.parent / ".initdb-password"
         write_private(pwfile, password + "\n")
         if user is not None:

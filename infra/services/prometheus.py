@@ -22,7 +22,7 @@ import yaml
 
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError
-from infra.service_user import hand_over
+from infra.service_user import hand_over, private_folder
 from infra.services.base import PortSpec, Service
 
 RULES = Path(__file__).resolve().parents[1] / "prometheus" / "cdcpipe-alerts.yml"
@@ -93,8 +93,7 @@ class Prometheus(Service):
 
     def prepare(self) -> None:
         data = self.folder / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        data.chmod(0o700)  # what every component reported: Prometheus's alone
+        private_folder(data)  # what every component reported: Prometheus's alone
         # The jobs' drivers write their targets here (as the stack's owner); Prometheus only reads them (0755).
         self.settings.metrics_targets.mkdir(parents=True, exist_ok=True)
         (self.folder / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(self.settings), sort_keys=False))

@@ -11,7 +11,7 @@ import httpx
 from cdcpipe.common.private_files import write_private
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError
-from infra.service_user import hand_over, share_folder
+from infra.service_user import hand_over, private_folder, share_folder
 from infra.services.base import PortSpec, Service
 from infra.stack_secrets import secret
 
@@ -141,8 +141,7 @@ class SparkWorker(_SparkDaemon):
 
     def prepare(self) -> None:
         super().prepare()
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.work_dir.chmod(0o700)  # executors' logs and the applications' files: the Spark user's alone
+        private_folder(self.work_dir)  # executors' logs and the applications' files: the Spark user's alone
         hand_over(self.run_as(), self.work_dir)
         # Its executors write data files into the tables the drivers create (drivers run as whoever starts them).
         share_folder(self.run_as(), self.settings.lake)
