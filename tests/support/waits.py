@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
+
+log = logging.getLogger(__name__)
 
 
 def wait_until(condition: object, timeout_s: float, what: str) -> None:
@@ -13,10 +16,13 @@ def wait_until(condition: object, timeout_s: float, what: str) -> None:
     Many conditions run a command (`cdcpipe jobs status`, `tables list`): a process of a second or two of CPU.
     Polled back to back, each waiting test kept a core busy with them, on a suite whose two cores are its limit.
     """
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
     while time.monotonic() < deadline:
         began = time.monotonic()
         if condition():  # type: ignore[operator]
+            # Where a long test's time goes (`--log-cli-level=INFO`, or a failure's captured log).
+            log.info("waited %.1f s for %s", time.monotonic() - start, what)
             return
         time.sleep(max(0.1, min(2 * (time.monotonic() - began), 5.0)))
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
