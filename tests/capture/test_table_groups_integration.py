@@ -31,7 +31,7 @@ from psycopg import sql
 from tests.support import rental_schema
 from tests.support.browser import render, worst_first
 from tests.support.capture import forget, tables, user_env
-from tests.support.jobs import read_delta, status
+from tests.support.jobs import jobs_command, read_delta, status
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
@@ -173,12 +173,10 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
             "the parked table's alert",
         )
         # The stack's page puts the parked table first, before any table behind.
-        rows = worst_first(
-            render(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/consoles/cdcpipe.html", tmp_path / "page.png")
-        )
-        assert rows, "no row in the page's worst-first table"
-        assert rows[0]["parked"] == "1", rows
-        assert job["category"] in {r["job"] for r in rows if r["parked"] == "1"}, rows
+        ranked = worst_first(render(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/consoles/cdcpipe.html"))
+        assert ranked, "no row in the page's worst-first table"
+        assert ranked[0]["parked"] == "1", ranked
+        assert job["category"] in {r["job"] for r in ranked if r["parked"] == "1"}, ranked
         applied = stack.prometheus(f'cdcpipe_job_rows_applied_total{{job=~"{schema}_.*_mirror"}}')
         assert {r["metric"]["job"] for r in applied} == {job[t] for t in rental_schema.TABLES}, applied
         assert len({r["metric"]["instance"] for r in applied}) == 1, "one metrics server for the group's driver"
@@ -235,7 +233,7 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         # writes: that table is set aside in the driver, the others go on; nothing lost or applied twice.
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             rental_schema.business(conn, schema, 11)
-        replayed = cdcpipe("jobs", "replay", group, "--table", f"{schema}.category", "--swap", env=env)
+        replayed = jobs_command("jobs", "replay", group, "--table", f"{schema}.category", "--swap", env=env)
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
         assert f"{job['category']}: now uses " in replayed.stdout, replayed.stdout
         mirror["category"] = str(status(job["category"], env)["table"])

@@ -19,20 +19,21 @@ def chromium() -> str:
     return found
 
 
-def render(url: str, screenshot: Path) -> str:
-    """The page's DOM once its scripts ran (10 s of its clock), and a screenshot of it at 1300x1000."""
+def render(url: str, screenshot: Path | None = None) -> str:
+    """The page's DOM once its scripts ran (10 s of its clock), and a screenshot of it at 1300x1000 if asked."""
     dom = subprocess.run(
         [chromium(), *FLAGS, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=False
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    shot = subprocess.run(
-        [chromium(), *FLAGS, "--window-size=1300,1000", f"--screenshot={screenshot}", url],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert shot.returncode == 0, shot.stderr[-2000:]
+    if screenshot is not None:
+        shot = subprocess.run(
+            [chromium(), *FLAGS, "--window-size=1300,1000", f"--screenshot={screenshot}", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shot.returncode == 0, shot.stderr[-2000:]
     return dom.stdout
 
 

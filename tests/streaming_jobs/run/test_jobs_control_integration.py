@@ -85,12 +85,12 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         assert figure(dom, "lag")["points"] > 0
         assert name in dom, "the job is in the lag chart's legend"
         # The worst first: parked tables, then the most behind; every job scraped is ranked, this one among them.
-        rows = worst_first(dom)
-        assert rows, "no row in the worst-first table"
-        order = [(-int(r["parked"]), -float(r["lag"])) for r in rows]
-        assert order == sorted(order), rows
-        assert [r["rank"] for r in rows] == [str(i) for i in range(len(rows))]
-        assert name in {r["job"] for r in rows} or len(rows) == 15, rows
+        ranked = worst_first(dom)
+        assert ranked, "no row in the worst-first table"
+        order = [(-int(r["parked"]), -float(r["lag"])) for r in ranked]
+        assert order == sorted(order), ranked
+        assert [r["rank"] for r in ranked] == [str(i) for i in range(len(ranked))]
+        assert name in {r["job"] for r in ranked} or len(ranked) == 15, ranked
         assert (tmp_path / "page.png").stat().st_size > 20_000, "a screenshot of drawn charts"
     finally:
         stopped = cdcpipe("jobs", "stop", name, env=env)
