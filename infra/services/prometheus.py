@@ -108,7 +108,9 @@ class Prometheus(Service):
             self.binary,
             f"--config.file={self.folder / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.folder / 'data'}",
+            # Bounded by age and by size, whichever comes first: a busy stack's metrics never fill its disk.
             "--storage.tsdb.retention.time=7d",
+            "--storage.tsdb.retention.size=1GB",
             f"--web.listen-address=127.0.0.1:{self.settings.prometheus_port}",
             f"--web.console.templates={self.folder / 'consoles'}",
             f"--web.console.libraries={self.folder / 'consoles'}",

@@ -101,6 +101,8 @@ class Group:
         self.text: str | None = None
         # Members set aside by a command working on that table alone (`jobs replay --swap`, `rewind`): not run.
         self.aside: set[str] = set()
+        # Every member's name in the file: kept, as each tick asks (a hundred JobSpecs built per call otherwise).
+        self.names = {m.name for m in spec.member_jobs()}
 
     def add(self, members: list[query.Prepared]) -> None:
         """Members checked (`_prepared`) get their query; each waits for a turn if its topic holds records for it."""
@@ -235,10 +237,10 @@ class Group:
         self._read_file()
         self.aside = set_aside(self.settings, self.spec.name)
         new = self._active()
+        if new == old:
+            return False
         gone = old - new
         came = [m for m in self.spec.member_jobs() if m.name in new - old]
-        if not (came or gone):
-            return False
         self.remove(gone)
         self.add(_prepared(came, self.settings, self.metrics))
         print(f"group {self.spec.name}: {len(came)} jobs added, {len(gone)} removed", flush=True)
@@ -246,7 +248,7 @@ class Group:
 
     def _active(self) -> set[str]:
         """The members this driver runs (or holds parked): every member of its file but those set aside."""
-        return {m.name for m in self.spec.member_jobs()} - self.aside
+        return self.names - self.aside
 
     def _read_file(self) -> None:
         """`spec` from the group's file again when the file changed; only its tables take effect before a restart."""
@@ -272,6 +274,7 @@ class Group:
             new = self.spec.model_copy(update={"tables": new.tables, "topics": new.topics})
             new._file = self.spec.file
         self.spec = new
+        self.names = {m.name for m in new.member_jobs()}
 
     def _say_members(self) -> None:
         """Which members this driver runs now, parked ones included (what `tables add` and `remove` wait for)."""

@@ -230,3 +230,10 @@ def test_each_jvm_logs_its_pauses_where_the_benchmark_reads_them(stack: Stack, s
     found = pauses(log)
     assert found, log.read_text()[:2000]
     assert all(p.kind.startswith("Pause") and p.ms > 0 for p in found)
+
+
+def test_prometheus_keeps_a_bounded_history(stack: Stack) -> None:
+    """Its storage is bounded by age and by size: a busy stack never fills the disk with metrics."""
+    flags = httpx.get(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/api/v1/status/flags", timeout=10).json()["data"]
+    assert flags["storage.tsdb.retention.time"] == "1w"  # 7d, as Prometheus writes it
+    assert flags["storage.tsdb.retention.size"] == "1GB"
