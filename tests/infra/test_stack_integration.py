@@ -236,4 +236,4 @@ def test_prometheus_keeps_a_bounded_history(stack: Stack) -> None:
     """Its storage is bounded by age and by size: a busy stack never fills the disk with metrics."""
     flags = httpx.get(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/api/v1/status/flags", timeout=10).json()["data"]
     assert flags["storage.tsdb.retention.time"] == "1w"  # 7d, as Prometheus writes it
-    assert flags["storage.tsdb.retention.size"] == "1GB"
+    assert flags["storage.tsdb.retention.size"] == "1GiB"  # 1GB, as Prometheus writes it (its units are binary)
