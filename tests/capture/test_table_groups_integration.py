@@ -38,7 +38,7 @@ from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
 
-TEXT_TYPES = ("daterange", "tsvector", "jsonb", "json", "mpaa_rating")  # compared as Postgres' text of them
+TEXT_TYPES = ("daterange", "tsvector", "jsonb", "json", "mpaa_rating", "mood")  # compared as Postgres' text of them
 
 
 def _truth(
@@ -81,6 +81,26 @@ def _differences(
     return found
 
 
+def _converged(
+    stack: Stack, dsn: str, schema: str, mirror: dict[str, str], job: dict[str, str], *tables: str
+) -> Callable[[], bool]:
+    """Until each table's mirror (at `mirror[t]`) equals it, a poll reading only the tables still behind.
+
+    A mirror found equal is not read again: nothing more is written to its table while this waits.
+    """
+    behind = set(tables)
+
+    def check() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            truths = {t: _truth(conn, schema, t) for t in sorted(behind)}
+        behind.difference_update(
+            t for t, (key, rows) in truths.items() if not _differences(stack, mirror[t], job[t], key, rows)
+        )
+        return not behind
+
+    return check
+
+
 def _members(group: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Each member of the group as `jobs status GROUP --json` reports it."""
     members: list[dict[str, Any]] = status(group, env)["members"]  # type: ignore[assignment]
@@ -96,6 +116,7 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
     schema, group = f"rent_{outbox.tag}", f"store_{outbox.tag}"
     lake = env["CDCPIPE_LAKE"]
     job = {t: f"{schema}_{t}_mirror" for t in rental_schema.TABLES}
+    mirror = {t: f"{lake}/{name}" for t, name in job.items()}
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         for statement in rental_schema.ddl(schema):
             conn.execute(statement)
@@ -117,30 +138,8 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         )
         assert "length_hours" not in contract["properties"]  # a stored generated column is not captured
 
-        def differences(*names: str) -> list[str]:
-            with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-                truths = {t: _truth(conn, schema, t) for t in names}
-            return [
-                d
-                for t, (key, rows) in truths.items()
-                for d in _differences(stack, f"{lake}/{job[t]}", job[t], key, rows)
-            ]
-
-        def equal(*names: str) -> bool:
-            return not differences(*names)
-
         def converged(*names: str) -> Callable[[], bool]:
-            """Until each table's mirror equals it, a poll reading only the tables still behind.
-
-            A mirror found equal is not read again: nothing more is written to its table while this waits.
-            """
-            behind = set(names)
-
-            def check() -> bool:
-                behind.difference_update([t for t in sorted(behind) if equal(t)])
-                return not behind
-
-            return check
+            return _converged(stack, outbox.dsn, schema, mirror, job, *names)
 
         # The application goes on while the group takes the snapshot and the stream.
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
@@ -229,30 +228,37 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
     job = {t: f"{schema}_{t}_mirror" for t in names}
     mirror = {t: f"{lake}/{job[t]}" for t in names}  # where each mirror is: a replay moves one
 
+    def shaped(table: str) -> sql.Composed:
+        """A table as real ones are: a bigserial key, an enum of its schema, an array with a NULL, a numeric."""
+        return sql.SQL(
+            "CREATE TABLE {} (id bigserial PRIMARY KEY, v text, mood {} NOT NULL, tags text[], amount numeric(10, 2))"
+        ).format(sql.Identifier(schema, table), sql.Identifier(schema, "mood"))
+
     def write(conn: psycopg.Connection[Any], *tables_: str, rows: range) -> None:
         for table in tables_:
             conn.execute(
                 sql.SQL(
-                    "INSERT INTO {} SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g "
-                    "ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v || '+'"
-                ).format(sql.Identifier(schema, table)),
+                    "INSERT INTO {} (id, v, mood, tags, amount) SELECT g, 'v' || g, "
+                    "(CASE WHEN g %% 2 = 0 THEN 'busy' ELSE 'calm' END)::{}, ARRAY['t' || g, NULL], g * 1.25 "
+                    "FROM generate_series(%s::int, %s::int) g ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v || '+', "
+                    "mood = 'busy', tags = array_append({}.tags, 'again'), amount = {}.amount + 0.01"
+                ).format(
+                    sql.Identifier(schema, table),
+                    sql.Identifier(schema, "mood"),
+                    sql.Identifier(table),
+                    sql.Identifier(table),
+                ),
                 (rows.start, rows.stop - 1),
             )
 
     def converged(*tables_: str) -> Callable[[], bool]:
-        def check() -> bool:
-            with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-                truths = {t: _truth(conn, schema, t) for t in tables_}
-            return not [
-                d for t, (key, rows) in truths.items() for d in _differences(stack, mirror[t], job[t], key, rows)
-            ]
-
-        return check
+        return _converged(stack, outbox.dsn, schema, mirror, job, *tables_)
 
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE TYPE {} AS ENUM ('calm', 'busy')").format(sql.Identifier(schema, "mood")))
         for table in names[:3]:
-            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(schema, table)))
+            conn.execute(shaped(table))
         write(conn, "a", "b", "c", rows=range(0, 50))
     try:
         tables("add", "--schema", schema, "--mirror", "--group", group, env=env)
@@ -279,7 +285,7 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
         # A table added to the running group joins it (the driver reads its file again); the group's policy set
         # by hand stays in the file.
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(schema, "late")))
+            conn.execute(shaped("late"))
             write(conn, "late", rows=range(0, 5))
         added = tables("add", f"{schema}.late", "--mirror", "--group", group, env=env)
         assert f"{schema}.late in the group" in added, added
