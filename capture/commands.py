@@ -820,7 +820,7 @@ def listing(settings: Settings) -> list[TableLine]:
     tables = sorted({*connector.captured_tables(config, settings.names), *(t for t in held if not t.startswith(ours))})
     prefix = config.get("topic.prefix", settings.capture.capture_topic_prefix)
     kafka = settings.topics.kafka.client_config()
-    progress = progress_of(kafka, connector.notifications_topic(config)) if config else {}
+    progress = progress_of(kafka, connector.notifications_topic(config), tables) if config else {}
     jobs = load_all(list(settings.jobs.jobs_dirs)) if settings.jobs.jobs_dirs else {}
     states = _job_states(settings, [spec.name for spec in jobs.values() if spec.source_table in tables])
     lines = []
@@ -862,11 +862,11 @@ def _snapshot_said(found: dict[str, Any], table: str) -> str:
     return said.line() if said is not None else "no snapshot reported"
 
 
-def progress_of(kafka: dict[str, Any], topic: str) -> dict[str, Any]:
+def progress_of(kafka: dict[str, Any], topic: str, tables: list[str]) -> dict[str, Any]:
     """Snapshot progress per table (loaded here so `tables add` never reads the topic)."""
     from capture import progress
 
-    return progress.latest(kafka, topic)
+    return progress.latest(kafka, topic, tables).found
 
 
 def _job_states(settings: Settings, names: list[str]) -> dict[str, tuple[bool, int | None, str | None]]:
