@@ -67,6 +67,10 @@ class StackSettings(StageSettings):
         "Prometheus on this loopback port by the JMX exporter agent",
     )
     start_timeout_s: float = Field(180.0, gt=0, description="seconds a service may take to become healthy")
+    log_max_mb: int = Field(
+        64, ge=1, description="a service's log past this many MiB is renamed NAME.log.1 (.1 to .2, ...) and begun anew"
+    )
+    log_keep: int = Field(4, ge=0, description="rotated logs kept per service besides its current one (NAME.log.1 ...)")
     java: str = Field("java", description="java executable (17 or newer)")
 
     @field_validator(

@@ -11,8 +11,8 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,12 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 # The line each start of a process writes into its log, before the process says anything.
 RUN_MARK = "==== "
+
+# A log past this size is renamed `.1` (cdcpipe.common.log_pump); this many such files are kept besides it.
+LOG_MAX_BYTES = 64 * 1024 * 1024
+LOG_KEEP = 4
+# How much of a log's end `log_tail` reads per line asked for: enough for a stack trace's, never the whole file.
+TAIL_BYTES_PER_LINE = 1024
 
 
 def _start_time(pid: int) -> str | None:
@@ -60,10 +66,17 @@ class TrackedProcess:
     pid_file: Path
     log_file: Path
     stop_signal: signal.Signals = signal.SIGTERM
+    log_max_bytes: int = LOG_MAX_BYTES
+    log_keep: int = LOG_KEEP
 
-    def _recorded(self) -> tuple[int, str] | None:
+    @property
+    def pump_file(self) -> Path:
+        """Where the pid of the process's log pump is kept (beside its pid file, in the same form)."""
+        return self.pid_file.with_name(f"{self.pid_file.name}.pump")
+
+    def _recorded(self, path: Path | None = None) -> tuple[int, str] | None:
         try:
-            pid_text, start = self.pid_file.read_text().split()
+            pid_text, start = (path or self.pid_file).read_text().split()
             return int(pid_text), start
         except (OSError, ValueError):  # none, unreadable, a folder, or not what start() writes: no process of ours
             return None
@@ -93,11 +106,31 @@ class TrackedProcess:
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         with os.fdopen(open_private_log(self.log_file), "ab") as log:
             log.write(f"\n{RUN_MARK}{time.strftime('%Y-%m-%d %H:%M:%S')} starting {self.name}\n".encode())
-            log.flush()
+        # The process writes into a pipe; the log pump (its own session, as the starter) writes and rotates the file.
+        source, sink = os.pipe()
+        try:
+            pump = subprocess.Popen(  # noqa: S603 - this interpreter, a module of ours, numbers and a path
+                [
+                    sys.executable,
+                    "-m",
+                    "cdcpipe.common.log_pump",
+                    str(self.log_file),
+                    str(self.log_max_bytes),
+                    str(self.log_keep),
+                ],
+                stdin=source,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={"PATH": os.environ.get("PATH", "")},
+                cwd="/",
+                start_new_session=True,
+            )
+            _reap()
+            _CHILDREN[pump.pid] = pump
             proc = subprocess.Popen(  # noqa: S603 - the command is built by the stack, not from input
                 command,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=sink,
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=cwd,
@@ -107,7 +140,11 @@ class TrackedProcess:
                 extra_groups=[] if user else None,
                 umask=umask,
             )
+        finally:
+            os.close(source)
+            os.close(sink)
         _CHILDREN[proc.pid] = proc
+        self.pump_file.write_text(f"{pump.pid} {_start_time(pump.pid)}\n")
         start = _start_time(proc.pid)
         self.pid_file.write_text(f"{proc.pid} {start}\n")
         return proc.pid
@@ -125,6 +162,7 @@ class TrackedProcess:
         pid = self.pid()
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
+            self.pump_file.unlink(missing_ok=True)
             return False
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, self.stop_signal)
@@ -136,8 +174,18 @@ class TrackedProcess:
                 os.killpg(pid, signal.SIGKILL)
             while not self.exited():
                 time.sleep(0.05)
+        self._drained(5.0)
         self.pid_file.unlink(missing_ok=True)
+        self.pump_file.unlink(missing_ok=True)
         return True
+
+    def _drained(self, timeout_s: float) -> None:
+        """Wait (up to `timeout_s`) for the log pump of an ended process to write what it had left, and end."""
+        pump = self._recorded(self.pump_file)
+        deadline = time.monotonic() + timeout_s
+        while pump is not None and time.monotonic() < deadline and _start_time(pump[0]) == pump[1]:
+            _reap()
+            time.sleep(0.02)
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the process and its children in the same session (Postgres backends)."""
@@ -154,12 +202,32 @@ class TrackedProcess:
                 total += _rss(int(status.parent.name))
         return total
 
-    def log_tail(self, lines: int = 15) -> list[str]:
-        try:
-            with self.log_file.open(errors="replace") as f:
-                return [line.rstrip("\n") for line in deque(f, maxlen=lines)]
-        except FileNotFoundError:
-            return []
+    def log_tail(self, lines: int = 15, drain_s: float = 5.0) -> list[str]:
+        """The log's last lines; once the process has ended, after its pump wrote what was left (up to `drain_s`)."""
+        if self.pid() is None:
+            self._drained(drain_s)
+        most = lines * TAIL_BYTES_PER_LINE
+        text = _last_bytes(self.log_file, most)
+        if text.count(b"\n") <= lines and len(text) < most:  # just rotated: the lines before are in `.1`
+            text = _last_bytes(self.log_file.with_name(f"{self.log_file.name}.1"), most) + text
+        return [line.decode(errors="replace") for line in text.splitlines()[-lines:]]
+
+
+def _last_bytes(path: Path, size: int) -> bytes:
+    """The last `size` bytes of `path` (empty when there is no such file)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - size))
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def _reap() -> None:
+    """Forget the children that have ended (a log pump ends after its process), reaping each."""
+    for pid, child in list(_CHILDREN.items()):
+        if child.poll() is not None:
+            del _CHILDREN[pid]
 
 
 def _rss(pid: int) -> int:

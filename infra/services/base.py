@@ -84,6 +84,8 @@ class Service(ABC):
             pid_file=settings.run_dir / f"{self.name}.pid",
             log_file=settings.logs / f"{self.name}.log",
             stop_signal=self.stop_signal,
+            log_max_bytes=settings.log_max_mb * 1024 * 1024,
+            log_keep=settings.log_keep,
         )
 
     @property

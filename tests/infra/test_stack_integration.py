@@ -237,3 +237,24 @@ def test_prometheus_keeps_a_bounded_history(stack: Stack) -> None:
     flags = httpx.get(f"{stack.env['CDCPIPE_PROMETHEUS_URL']}/api/v1/status/flags", timeout=10).json()["data"]
     assert flags["storage.tsdb.retention.time"] == "1w"  # 7d, as Prometheus writes it
     assert flags["storage.tsdb.retention.size"] == "1GiB"  # 1GB, as Prometheus writes it (its units are binary)
+
+
+def test_each_service_writes_its_log_through_a_pump_that_keeps_it_to_a_size(stack: Stack) -> None:
+    """No service writes its log file itself: its output goes into a pipe, and a log pump rotates the file."""
+    pumps = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            if b"cdcpipe.common.log_pump" in args:
+                pumps[(proc / "fd" / "0").readlink().name] = [a.decode() for a in args]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    run, logs = stack.home / "run", stack.home / "logs"
+    services = sorted(p.stem for p in run.glob("*.pid"))
+    assert {"postgres", "kafka", "connect", "prometheus", "collector"} <= set(services), services
+    for service in services:
+        pid = int((run / f"{service}.pid").read_text().split()[0])
+        output = (Path("/proc") / str(pid) / "fd" / "1").readlink().name
+        assert output.startswith("pipe:"), f"{service} writes {output} itself"
+        assert output in pumps, f"no log pump reads {service}'s output"
+        assert pumps[output][-3:] == [str(logs / f"{service}.log"), str(64 * 1024 * 1024), "4"], pumps[output]

@@ -9,6 +9,8 @@ Debezium told not to create it).
 from __future__ import annotations
 
 import json
+import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -180,3 +182,25 @@ def test_status_reads_past_stray_files_in_the_run_folder(stack: Stack, tmp_path:
     assert "Error:" not in said, said
     assert "FAIL job gone_job" in said, said
     assert "not a job!" not in said, said
+
+
+def test_a_target_prometheus_cannot_scrape_fires_its_alert(stack: Stack) -> None:
+    """A driver alive whose metrics no longer answer: its series vanish, and the target's own alert fires instead."""
+    job = f"test_unscraped_{uuid.uuid4().hex[:8]}"
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target = Path(stack.env["CDCPIPE_METRICS_TARGETS_DIR"]) / f"job-{job}.json"
+    labels = {"job": job, "kind": "event_log", "__meta_pid": str(os.getpid())}  # a live pid: not a stale target
+    target.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": labels}]))
+    target.chmod(0o644)
+    try:
+        wait_until(
+            lambda: stack.prometheus(
+                f'ALERTS{{alertname="CdcpipeScrapeTargetDown", job="{job}", alertstate="firing"}}'
+            ),
+            150,
+            "the unscraped target's alert",
+        )
+    finally:
+        target.unlink(missing_ok=True)

@@ -66,3 +66,27 @@ def test_a_killed_process_not_yet_reaped_is_not_running() -> None:
     assert not running(child.pid)
     child.wait()
     assert not running(child.pid)
+
+
+def test_a_log_is_kept_to_its_size_in_a_few_files_and_the_newest_lines_stay(tmp_path: Path) -> None:
+    """A process's output past the log's size moves the file to `.1`, `.1` to `.2`; no more than `keep` old ones."""
+    process = TrackedProcess(
+        "talker", tmp_path / "run" / "talker.pid", tmp_path / "logs" / "talker.log", log_max_bytes=10_000, log_keep=2
+    )
+    process.start(
+        ["python3", "-c", "import sys\nfor i in range(20000): print(f'line {i:05d}', flush=i % 100 == 0)"],
+        env=dict(os.environ),
+        cwd=tmp_path,
+    )
+    while not process.exited():
+        time.sleep(0.05)
+    logs = tmp_path / "logs"
+    assert process.log_tail(1) == ["line 19999"], "the tail of an ended process waits for its pump to write the rest"
+    assert sorted(p.name for p in logs.iterdir()) == ["talker.log", "talker.log.1", "talker.log.2"]
+    sizes = [(logs / name).stat().st_size for name in ("talker.log.1", "talker.log.2")]
+    assert all(10_000 <= size < 10_000 + 64 * 1024 for size in sizes), sizes
+    kept = "".join((logs / name).read_text() for name in ("talker.log.2", "talker.log.1", "talker.log"))
+    numbers = [int(line.split()[1]) for line in kept.splitlines() if line.startswith("line ")]
+    assert numbers == list(range(numbers[0], 20000)), "the kept lines are the newest, in order, none lost between"
+    assert numbers[0] > 0, "older lines were dropped"
+    assert all(oct((logs / p).stat().st_mode & 0o777) == "0o600" for p in ("talker.log", "talker.log.1"))
