@@ -103,6 +103,9 @@ class ConnectClient:
         params = {"includeTasks": "true", "onlyFailed": str(only_failed).lower()}
         self._call("POST", f"/connectors/{_q(name)}/restart", params=params)
 
+    def restart_task(self, name: str, task: int) -> None:
+        self._call("POST", f"/connectors/{_q(name)}/tasks/{task}/restart")
+
     def delete(self, name: str) -> None:
         self._call("DELETE", f"/connectors/{_q(name)}")
 

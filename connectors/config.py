@@ -34,6 +34,20 @@ class ConnectSettings(StageSettings):
         "keeps the table connector's definition in step (the demo's: examples/connectors)",
     )
 
+    heal_restarts_max: int = Field(
+        6,
+        ge=0,
+        description="restarts in a row of a task FAILED on a transient fault (a connection lost, a timeout) before "
+        "it is left FAILED and alerted on; 0: none (the monitor's collector restarts them)",
+    )
+    heal_backoff_s: float = Field(
+        10.0, gt=0, description="wait before the second restart of such a task; doubled each time"
+    )
+    heal_backoff_max_s: float = Field(300.0, gt=0, description="the longest wait between two restarts of a task")
+    heal_settled_s: float = Field(
+        600.0, gt=0, description="a restarted task that runs this long starts its count of restarts in a row afresh"
+    )
+
     @model_validator(mode="after")
     def _credentials(self) -> ConnectSettings:
         if self.connect_password is not None and self.connect_password_file is not None:

@@ -1,6 +1,6 @@
 """The collector: Kafka Connect, Postgres and the jobs' drivers as Prometheus metrics, read at each scrape.
 
-    python -m monitor.collector        (the stack starts it; `cdcpipe monitor serve` is the same)
+    python -m monitor.collector        (the stack starts it; beside a Connect cluster of your own, run it so)
 
 Why Connect's REST API here: the state of each connector and task, and a failed task's trace, are what an
 operator acts on, and REST gives them as Connect itself reports them, from one request. What only JMX has
@@ -10,6 +10,9 @@ operator acts on, and REST gives them as Connect itself reports them, from one r
 Nothing is cached: each scrape reads every part once (a few milliseconds each), so a value is never older than
 the scrape interval. A part that cannot be read gives `cdcpipe_collector_source_up{source} 0` and its error in
 the collector's log; the other parts are still reported.
+
+Beside the scrapes, every `heal_every_s` a thread restarts the connector tasks that failed on a transient fault
+(connectors.heal: backoff, a ceiling, never a data or configuration error), whether or not anyone scrapes.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cdcpipe.common.metrics import serve
+from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
+from connectors.errors import ConnectError
+from connectors.heal import Healer
 from connectors.slots import SlotStatus
 from monitor import readings
 from monitor.config import MonitorSettings
@@ -46,6 +52,15 @@ class PipelineCollector(Collector):
     def __init__(self, settings: MonitorSettings, connect: ConnectSettings, names: OutboxNames, jobs: JobsSettings):
         self.settings, self.connect, self.names, self.jobs = settings, connect, names, jobs
         self._said: dict[str, str | None] = {}  # each part's last error, logged once, not at every scrape
+        self.healer = Healer(connect)
+
+    def heal(self) -> None:
+        """Restart the tasks due a restart (Connect not answering: nothing now, the next call tries again)."""
+        try:
+            with ConnectClient(self.connect) as client:
+                self.healer.tick(client)
+        except ConnectError as exc:
+            log.debug("heal: Connect did not answer: %s", exc)
 
     def _postgres(self) -> tuple[list[SlotStatus], readings.Reading[RelayStatus]]:
         """The slots, and the outbox apart (it may not exist yet, or the monitor role not read it yet)."""
@@ -71,6 +86,7 @@ class PipelineCollector(Collector):
         found = readings.read(lambda: readings.connectors(self.connect, self.settings.monitor_timeout_s))
         answered("connect", found)
         yield from _connector_metrics(found.value or [])
+        yield from _heal_metrics(self.healer)
 
         pg = readings.read(self._postgres)
         answered("postgres", pg)
@@ -135,6 +151,24 @@ def _connector_metrics(found: list[readings.Connector]) -> Iterator[Metric]:
     yield task
 
 
+def _heal_metrics(healer: Healer) -> Iterator[Metric]:
+    restarts = CounterMetricFamily(
+        "cdcpipe_connect_task_auto_restarts",
+        "restarts of the task after a transient fault, by the collector, since it started",
+        labels=["connector", "task"],
+    )
+    exhausted = GaugeMetricFamily(
+        "cdcpipe_connect_task_restarts_exhausted",
+        "1 when the task failed on a transient fault again after heal_restarts_max restarts in a row: left FAILED",
+        labels=["connector", "task"],
+    )
+    for (name, task), record in sorted(dict(healer.tasks).items()):  # a copy: the heal thread changes it
+        restarts.add_metric([name, str(task)], record.total)
+        exhausted.add_metric([name, str(task)], 1 if record.exhausted else 0)
+    yield restarts
+    yield exhausted
+
+
 def _slot_metrics(found: list[SlotStatus]) -> Iterator[Metric]:
     active = GaugeMetricFamily(
         "cdcpipe_pg_replication_slot_active", "1 while a reader (a connector's task) holds the slot", labels=["slot"]
@@ -175,7 +209,8 @@ def _outbox_metrics(status: RelayStatus, outbox: str) -> Iterator[Metric]:
 def serve_forever(settings: MonitorSettings) -> None:
     """Serve /metrics on 127.0.0.1:collector_port until SIGTERM."""
     registry = CollectorRegistry()
-    registry.register(PipelineCollector(settings, ConnectSettings.load(), OutboxNames.load(), JobsSettings.load()))
+    collector = PipelineCollector(settings, ConnectSettings.load(), OutboxNames.load(), JobsSettings.load())
+    registry.register(collector)
     try:
         server = serve(registry, settings.collector_port)
     except OSError as exc:
@@ -187,6 +222,13 @@ def serve_forever(settings: MonitorSettings) -> None:
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())
+
+    def healing() -> None:
+        while not done.wait(settings.heal_every_s):
+            collector.heal()
+
+    healer = threading.Thread(target=healing, name="heal", daemon=True)
+    healer.start()
     done.wait()
     server.shutdown()
 
