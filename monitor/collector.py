@@ -199,7 +199,14 @@ def _outbox_metrics(status: RelayStatus, outbox: str) -> Iterator[Metric]:
     )
     yield gauge("cdcpipe_outbox_dead_letters", "rows in the outbox's dead-letter table", status.dead_letters)
     yield gauge(
-        "cdcpipe_outbox_relay_leading", "1 while a relay holds the outbox's leader lock", 1 if status.leader else 0
+        "cdcpipe_outbox_relay_leading",
+        "1 while a relay holds the outbox's leader lock",
+        1 if status.leader and not status.leader_is_a_stranger else 0,
+    )
+    yield gauge(
+        "cdcpipe_outbox_leader_lock_held_by_a_stranger",
+        "1 while a session whose role may not delete from the outbox (no relay) holds its leader lock",
+        1 if status.leader_is_a_stranger else 0,
     )
     yield gauge(
         "cdcpipe_outbox_stalled_topics", "topics publishing waits on (missing, or an ACL lacking)", len(status.stalls)

@@ -136,6 +136,14 @@ def _relay(status: RelayStatus, relays: list[str], names: OutboxNames) -> Iterat
     if stalls or (status.stalled_topic and status.waiting):
         topics = ", ".join(s.topic for s in stalls) or str(status.stalled_topic)
         yield Line(FAIL, f"relay {outbox}", f"STALLED on topic {topics}: {waiting}", "cdcpipe relay status")
+    elif status.leader and status.leader_is_a_stranger:
+        yield Line(
+            FAIL,
+            f"relay {outbox}",
+            f"the leader lock is held by {status.leader}, whose role may not remove the outbox's rows: no relay "
+            f"publishes; {waiting}",
+            "end that session (pg_terminate_backend(PID) as a superuser); cdcpipe relay status",
+        )
     elif status.leader:
         yield Line(
             OK, f"relay {outbox}", f"leader {status.leader}, {standbys} standby; {waiting}", "cdcpipe relay status"

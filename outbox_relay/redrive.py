@@ -23,6 +23,7 @@ import psycopg
 from psycopg import sql
 
 from outbox_relay.errors import RedriveError, RelayError
+from outbox_relay.leader import holder
 from outbox_relay.sql import backlog_sql, read_backlog_row
 from schemas.config import OutboxNames
 
@@ -144,6 +145,7 @@ class RelayStatus:
     """What `cdcpipe relay status` shows: Postgres's view of the outbox and of its relay."""
 
     leader: str | None
+    leader_is_a_stranger: bool  # the lock's holder may not delete from the outbox: no relay, and none can lead
     stalled_topic: str | None
     stalled_reason: str | None
     stalled_since: datetime | None
@@ -166,14 +168,7 @@ def status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
 
 
 def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
-    leader = conn.execute(
-        "SELECT a.application_name || ' (pid ' || a.pid || coalesce(', from ' || host(a.client_addr), '') || ')' "
-        "FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a USING (pid) "
-        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
-        "AND l.classid::bigint = (pg_catalog.hashtext('cdcpipe.relay')::bigint & 4294967295) "
-        "AND l.objid::bigint = (pg_catalog.hashtext(%s)::bigint & 4294967295)",
-        (f"{names.outbox_schema}.{names.outbox_table}",),
-    ).fetchone()
+    leader = holder(conn, names)
     stall = conn.execute(
         sql.SQL("SELECT stalled_topic, stalled_reason, stalled_since, stalls FROM {}").format(
             sql.Identifier(names.outbox_schema, names.relay_status_table)
@@ -188,7 +183,8 @@ def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
     ).fetchone()
     assert dead is not None  # noqa: S101 - an aggregate always returns a row
     return RelayStatus(
-        leader=leader[0] if leader else None,
+        leader=leader.said() if leader else None,
+        leader_is_a_stranger=leader is not None and not leader.relay,
         stalled_topic=stall[0] if stall else None,
         stalled_reason=stall[1] if stall else None,
         stalled_since=stall[2] if stall else None,

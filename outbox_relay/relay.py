@@ -92,7 +92,6 @@ class Relay:
         self._bury = bury_sql(names)
         self._overtake = overtake_sql(names)
         self._status = write_status_sql(names)
-        self._lock_key = f"{names.outbox_schema}.{names.outbox_table}"
 
     # --- the loop ---------------------------------------------------------------------------------------
 
@@ -168,7 +167,7 @@ class Relay:
 
     def _lead(self, conn: psycopg.Connection[Any]) -> bool:
         """Wait until this relay holds the outbox's leader lock; False if stopped first."""
-        if not leader.wait_for_lock(conn, self._lock_key, self.stop, self.settings.standby_retry_s):
+        if not leader.wait_for_lock(conn, self.names, self.stop, self.settings.standby_retry_s):
             return False
         self.metrics.leader.set(1)
         return True

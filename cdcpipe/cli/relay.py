@@ -37,6 +37,11 @@ def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON"
         typer.echo(json.dumps(asdict(report), indent=2, default=str))
         return
     typer.echo(f"leader: {report.leader or 'none (no relay is publishing)'}")
+    if report.leader_is_a_stranger:
+        typer.echo(
+            "LOCK HELD BY A STRANGER: that session's role may not delete from the outbox, so it is no relay, and no "
+            "relay publishes while it holds the lock; end it (pg_terminate_backend(PID) as a superuser)"
+        )
     for stall in report.stalls:
         if not stall.waiting:
             continue  # its events are gone: the stall is over (monitor.status reads it the same)
@@ -51,7 +56,7 @@ def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON"
         f"dead letters: {report.dead_letters} ({report.dead_letters_overtaken} overtaken by a later event of "
         "their aggregate); `cdcpipe relay redrive` puts them back"
     )
-    if report.stalled_topic or report.stalls:
+    if report.stalled_topic or report.stalls or report.leader_is_a_stranger:
         raise typer.Exit(1)
 
 

@@ -97,13 +97,27 @@ def _connect(table: LakePath, holder: str) -> psycopg.Connection[Any]:
 
 
 def holder_of(conn: psycopg.Connection[Any], key: int) -> str:
-    """Who holds the lease now, as its session named itself ('' when nobody does)."""
+    """Who holds the lease now: its session's name, host and role ('' when nobody does).
+
+    An advisory lock needs no privilege, so any role that may connect could take a lease: a holder of a role
+    other than this writer's (and no superuser) is said to be a stranger, with the fix.
+    """
     row = conn.execute(
-        "SELECT a.application_name, a.client_addr::text FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "SELECT a.application_name, a.client_addr::text, a.usename, a.pid, a.usename = current_user "
+        "OR coalesce((SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = a.usename), false) "
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
         "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s::oid AND l.objid = %s::oid",
         (NAMESPACE & 0xFFFFFFFF, key & 0xFFFFFFFF),
     ).fetchone()
-    return f"{row[0]} ({row[1] or 'local'})" if row else ""
+    if row is None:
+        return ""
+    said = f"{row[0] or 'a session'} ({row[1] or 'local'}, pid {row[3]}, role {row[2]})"
+    if not row[4]:
+        said += (
+            f", a STRANGER: not the writers' role; no writer of this table can commit while it holds the lease. End "
+            f"that session (pg_terminate_backend({row[3]}) as a superuser)"
+        )
+    return said
 
 
 @dataclass

@@ -15,6 +15,7 @@ NAMES = OutboxNames()
 def relay(**changes: object) -> RelayStatus:
     values: dict[str, object] = {
         "leader": None,
+        "leader_is_a_stranger": False,
         "stalled_topic": None,
         "stalled_reason": None,
         "stalled_since": None,

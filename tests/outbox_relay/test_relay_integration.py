@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from outbox_relay import sql as relay_sql
 from outbox_relay.errors import RelayError
-from outbox_relay.leader import HEARTBEAT_S, IDLE_TIMEOUT_S
+from outbox_relay.leader import HEARTBEAT_S, IDLE_TIMEOUT_S, holder
 from outbox_relay.relay import Relay
 from outbox_relay.sql import backlog_sql, take, take_after_sql, take_sql
 from schemas import outbox as schema_outbox
@@ -39,7 +40,7 @@ from tests.support.relay import (
     relay_thread,
     wait_stalled,
 )
-from tests.support.stack import Stack
+from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -270,13 +271,43 @@ def test_sigkill_mid_stream_loses_nothing(stack: Stack, outbox: Outbox, tmp_path
 def leader_pid(outbox: Outbox) -> int | None:
     """The pid of the relay process holding this outbox's leader lock (from its application_name)."""
     with psycopg.connect(outbox.dsn) as conn:
-        row = conn.execute(
-            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.classid::int = hashtext('cdcpipe.relay') "
-            "AND l.objid::int = hashtext(%s)",
-            (f"{outbox.names.outbox_schema}.{outbox.names.outbox_table}",),
-        ).fetchone()
-    return int(row[0].split(":")[1]) if row else None
+        found = holder(conn, outbox.names)
+    return int(found.application.split(":")[1]) if found and found.relay else None
+
+
+def test_a_stranger_holding_the_leader_lock_is_named_with_its_role_and_the_fix(
+    stack: Stack, outbox: Outbox, tmp_path: Path
+) -> None:
+    """Any role may take an advisory lock: one that may not remove the outbox's rows is no relay, and is said so."""
+    key = f"{outbox.names.outbox_schema}.{outbox.names.outbox_table}"
+    writer = conninfo_to_dict(outbox.writer_dsn)["user"]
+    log = tmp_path / "relay.log"
+    squatter = psycopg.connect(outbox.writer_dsn, autocommit=True, application_name="not-a-relay")
+    relay = None
+    try:
+        squatter.execute("SELECT pg_advisory_lock(hashtext('cdcpipe.relay'), hashtext(%s))", (key,))
+        relay = relay_process(stack, outbox, log)
+        wait_until(lambda: "may not remove the outbox's rows" in log.read_text(), 30, "the relay to name the stranger")
+        said = log.read_text()
+        assert f"not-a-relay (pid {squatter.info.backend_pid}, role {writer}" in said, said
+        assert f"pg_terminate_backend({squatter.info.backend_pid})" in said, said
+        shown = cdcpipe("relay", "status", env=outbox.relay_env(stack))
+        assert shown.returncode == 1, shown.stdout + shown.stderr
+        assert f"leader: not-a-relay (pid {squatter.info.backend_pid}, role {writer}" in shown.stdout, shown.stdout
+        assert "LOCK HELD BY A STRANGER" in shown.stdout, shown.stdout
+        overall = cdcpipe("status", env=outbox.relay_env(stack)).stdout
+        assert f"the leader lock is held by not-a-relay (pid {squatter.info.backend_pid}" in overall, overall
+        # The stranger gone, the relay leads and publishes.
+        squatter.close()
+        outbox.insert([("order", "o-1", "OrderPlaced", {"n": 1})])
+        wait_until(lambda: leader_pid(outbox) == relay.pid, 30, "the relay to lead")
+        wait_until(lambda: outbox.count() == 0, 30, "the relay to publish")
+        assert cdcpipe("relay", "status", env=outbox.relay_env(stack)).returncode == 0
+    finally:
+        squatter.close()
+        if relay is not None:
+            relay.terminate()
+            relay.wait(30)
 
 
 @pytest.mark.parametrize(

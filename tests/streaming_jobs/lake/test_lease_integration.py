@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from cdcpipe.common.errors import ConfigError
 from streaming_jobs.config import JobsSettings
@@ -242,3 +243,24 @@ def test_a_waiter_gives_up_after_its_lease_wait_naming_the_holder(stack: Stack, 
     assert len(failed) == 1
     assert "held by cdcpipe slow holder" in str(failed[0])
     assert "lease_wait_s" in str(failed[0])
+
+
+def test_a_lease_taken_by_a_session_of_another_role_is_named_a_stranger_with_the_fix(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Advisory locks need no privilege: a role that is not the writers' holding a table's lease is said to be one."""
+    table = (
+        JobsSettings.load(
+            lake=str(tmp_path), lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"], lease_wait_s=2
+        ).lake_root()
+        / "out"
+    )
+    writer = conninfo_to_dict(stack.env["CDCPIPE_WRITER_PG_DSN"])["user"]
+    with psycopg.connect(stack.env["CDCPIPE_WRITER_PG_DSN"], autocommit=True, application_name="squatter") as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", (NAMESPACE, lease_key(table)))
+        pid = other.info.backend_pid
+        with pytest.raises(LeaseWaitError) as failed, table_lock(table, "job"):
+            pass
+    said = str(failed.value)
+    assert f"held by squatter (local, pid {pid}, role {writer}), a STRANGER" in said, said
+    assert f"pg_terminate_backend({pid})" in said, said
