@@ -54,9 +54,9 @@ from confluent_kafka.admin import AdminClient
 from deltalake import DeltaTable
 from psycopg import sql
 
-from cdcpipe.common.kafka_client import KafkaSettings
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
+from ground.kafka_client import KafkaSettings
 from infra import kafka_security
 from infra import stack as local_stack
 from infra.config import StackSettings

@@ -30,7 +30,7 @@ from psycopg import sql
 
 from capture.config import CaptureSettings
 from capture.files import connector_grants
-from cdcpipe.common.kafka_client import KafkaSettings
+from ground.kafka_client import KafkaSettings
 from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox

@@ -73,10 +73,10 @@ from confluent_kafka.admin import AdminClient
 from hdrh.histogram import HdrHistogram
 from psycopg import sql
 
-from cdcpipe.common.kafka_client import KafkaSettings
 from connectors import commands, definitions, slots
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
+from ground.kafka_client import KafkaSettings
 from infra import gc_log, kafka_security
 from infra.config import StackSettings
 from outbox_relay.config import RelaySettings

@@ -38,7 +38,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from psycopg import sql
 
-from cdcpipe.common.kafka_client import KafkaSettings
+from ground.kafka_client import KafkaSettings
 from infra.config import StackSettings
 from schemas import outbox
 from schemas.config import OutboxNames, SchemaSettings

@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 from psycopg import sql
 from relay_bench import kafka_ceiling, latency_run  # this bench is the relay bench over the TLS listener
 
-from cdcpipe.common.kafka_client import KafkaSettings
+from ground.kafka_client import KafkaSettings
 from infra import kafka_security
 from infra.config import StackSettings
 from outbox_relay.config import RelaySettings

@@ -21,11 +21,11 @@ import psycopg
 from capture import connector, files, postgres
 from capture.config import CaptureSettings, own_name
 from capture.errors import CaptureError
-from cdcpipe.common.errors import CdcpipeError
 from connectors import commands as connector_commands
 from connectors import definitions
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
+from ground.errors import CdcpipeError
 from schemas import catalog, table_contracts, topics
 from schemas.config import OutboxNames, SchemaSettings
 from streaming_jobs.config import JobsSettings

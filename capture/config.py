@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from cdcpipe.common.settings import StageSettings
+from ground.settings import StageSettings
 
 PRINCIPAL = re.compile(r"[A-Za-z]+:[^\s,;]+")
 

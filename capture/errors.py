@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 
 
 class CaptureError(CdcpipeError):

@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field, SecretStr, model_validator
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.settings import StageSettings
+from ground.errors import ConfigError
+from ground.settings import StageSettings
 
 
 class ConnectSettings(StageSettings):

@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cdcpipe.common.errors import CdcpipeError
-from cdcpipe.common.home import REPO_ROOT
+from ground.errors import CdcpipeError
+from ground.home import REPO_ROOT
 from infra import kafka_security
 from infra.config import StackSettings
 from infra.stack import env_values

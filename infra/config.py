@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from cdcpipe.common.home import default_home
-from cdcpipe.common.settings import StageSettings
+from ground.home import default_home
+from ground.settings import StageSettings
 
 MAX_SPARK_WORKERS = 8  # `stack down` and `status` look for this many workers' pid files
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.common.errors import CdcpipeError, ConfigError, RetryableError
+from ground.errors import CdcpipeError, ConfigError, RetryableError
 
 
 class StackError(CdcpipeError):

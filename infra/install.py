@@ -30,7 +30,7 @@ MAVEN_SETTINGS = INFRA / "maven-settings.xml"
 # dependency cannot move under us between two machines.
 PYTHON_LOCK = INFRA / "python.lock"
 VENV = Path(os.environ.get("CDCPIPE_VENV", REPO / ".venv"))
-# Must agree with cdcpipe.common.home.default_home(); this file cannot import the package it installs.
+# Must agree with ground.home.default_home(); this file cannot import the package it installs.
 HOME = Path(os.environ.get("CDCPIPE_HOME", REPO / ".stack")).resolve()
 LIB = HOME / "lib"
 

@@ -29,7 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     UserScramCredentialUpsertion,
 )
 
-from cdcpipe.common.kafka_client import KafkaSettings, write_properties
+from ground.kafka_client import KafkaSettings, write_properties
 from infra.config import StackSettings
 from infra.errors import StackError
 from infra.stack_secrets import secret

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from cdcpipe.common.private_files import create_private_once
+from ground.private_files import create_private_once
 from infra.config import StackSettings
 
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 
 CA_DAYS = 3650
 BROKER_DAYS = 365

@@ -27,12 +27,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cdcpipe.common.metrics import serve
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from connectors.errors import ConnectError
 from connectors.heal import Healer
 from connectors.slots import SlotStatus
+from ground.metrics import serve
 from monitor import readings
 from monitor.config import MonitorSettings
 from monitor.errors import MonitorError

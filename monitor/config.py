@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field, SecretStr
 
-from cdcpipe.common.settings import StageSettings
+from ground.settings import StageSettings
 
 
 class MonitorSettings(StageSettings):

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from cdcpipe.common.settings import dsn_shown
 from connectors.config import ConnectSettings
 from connectors.slots import SlotStatus, human_bytes
+from ground.settings import dsn_shown
 from infra import stack
 from infra.config import StackSettings
 from monitor import readings

@@ -8,8 +8,8 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import StageSettings, split_list
+from ground.kafka_client import KafkaSettings
+from ground.settings import StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cdcpipe.common.metrics import BatchHistogram, serve
+from ground.metrics import BatchHistogram, serve
 from outbox_relay.errors import RelayError
 
 

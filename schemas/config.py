@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.common.settings import StageSettings, split_list
+from ground.settings import StageSettings, split_list
 
 # Postgres truncates longer names silently, which would make two settings name one object.
 MAX_IDENTIFIER_BYTES = 63

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from pydantic import SecretStr
 
-from cdcpipe.common.scram import scram_verifier
+from ground.scram import scram_verifier
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.errors import SchemaError
 

@@ -35,8 +35,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 from pydantic import Field
 
-from cdcpipe.common.kafka_client import KafkaSettings, unreachable_reason
-from cdcpipe.common.settings import StageSettings
+from ground.kafka_client import KafkaSettings, unreachable_reason
+from ground.settings import StageSettings
 from schemas.errors import TopicError
 
 LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")

@@ -11,9 +11,9 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
-from cdcpipe.common.home import default_home
-from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import StageSettings, revealed, split_list
+from ground.home import default_home
+from ground.kafka_client import KafkaSettings
+from ground.settings import StageSettings, revealed, split_list
 from streaming_jobs.lake.paths import LakePath, check_lake
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
 

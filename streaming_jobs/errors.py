@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from cdcpipe.common.kafka_client import KafkaSettings, unreachable_reason
+from ground.kafka_client import KafkaSettings, unreachable_reason
 from streaming_jobs.errors import KafkaUnreachableError, PositionError
 
 Partition = tuple[str, int]

@@ -10,8 +10,8 @@ from delta.tables import DeltaTable
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.kafka_client import SPARK_REDACTION_REGEX
+from ground.errors import ConfigError
+from ground.kafka_client import SPARK_REDACTION_REGEX
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import SparkJarsMissingError
 

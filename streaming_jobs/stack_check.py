@@ -18,8 +18,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - the name every Spark user knows
 
-from cdcpipe.common.errors import CdcpipeError
-from cdcpipe.common.kafka_client import KafkaSettings
+from ground.errors import CdcpipeError
+from ground.kafka_client import KafkaSettings
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX, JobsSettings
 from streaming_jobs.spark_session import build_spark_session
 

@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 
 # The command groups, each a module of this package with its own `app`.
 GROUPS = ("stack", "schema", "topics", "relay", "connectors", "jobs", "tables")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.common.settings import StageSettings
+from ground.settings import StageSettings
 
 
 def settings_help(model: type[StageSettings]) -> str:

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from capture.config import CaptureSettings
-from cdcpipe.common.home import REPO_ROOT
-from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import ENV_PREFIX, StageSettings
 from connectors.config import ConnectSettings
+from ground.home import REPO_ROOT
+from ground.kafka_client import KafkaSettings
+from ground.settings import ENV_PREFIX, StageSettings
 from infra.config import StackSettings
 from monitor.config import MonitorSettings
 from outbox_relay.config import RelaySettings

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdcpipe.common.processes import TrackedProcess
+from ground.processes import TrackedProcess
 from infra import gc_log
 from infra.config import StackSettings
 from infra.errors import NotInstalledError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 from infra.errors import ServiceNotReadyError
 from infra.service_user import private_folder
 from infra.services.base import MONITOR_ROLE, ROLE_SECRETS, PortSpec, Service

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 from infra import kafka_security
 from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError, ServiceStartError

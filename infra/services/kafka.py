@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 from infra import kafka_security, tls
 from infra.errors import ServiceNotReadyError, ServiceStartError
 from infra.service_user import hand_over, private_folder

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 from infra.config import StackSettings
 from infra.errors import ServiceNotReadyError
 from infra.service_user import hand_over, private_folder

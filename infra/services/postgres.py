@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from cdcpipe.common.private_files import write_private
-from cdcpipe.common.scram import scram_verifier
+from ground.private_files import write_private
+from ground.scram import scram_verifier
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
 from infra.service_user import private_folder
 from infra.services.base import JOBS_ROLE, MONITOR_ROLE, POSTGRES_SUPERUSER, ROLE_SECRETS, PortSpec, Service

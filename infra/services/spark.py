@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import httpx
 
-from cdcpipe.common.private_files import write_private
+from ground.private_files import write_private
 from infra.config import StackSettings
 from infra.errors import NotInstalledError, ServiceNotReadyError
 from infra.service_user import hand_over, private_folder, share_folder
@@ -17,10 +18,14 @@ from infra.stack_secrets import secret
 
 
 def pyspark_home() -> Path:
-    """SPARK_HOME of the pip-installed Spark: the pyspark package folder (it holds bin/ and jars/)."""
-    import pyspark
+    """SPARK_HOME of the pip-installed Spark: the pyspark package folder (it holds bin/ and jars/).
 
-    return Path(pyspark.__file__).parent
+    Found, not imported: the stack only starts Spark's JVMs (importing pyspark belongs to the jobs).
+    """
+    found = importlib.util.find_spec("pyspark")
+    if found is None or found.origin is None:
+        raise NotInstalledError("pyspark is not installed in this environment; run `make install`")
+    return Path(found.origin).parent
 
 
 def authenticate_secret(settings: StackSettings) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 
 import psycopg
 
-from cdcpipe.common.errors import ConfigError
+from ground.errors import ConfigError
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.paths import LakePath
 

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from pyarrow import fs as pafs
 from pydantic import Field, SecretStr, model_validator
 
-from cdcpipe.common.settings import StageSettings
+from ground.settings import StageSettings
 
 # Setting -> the standard variable it falls back to.
 AWS_FALLBACKS = {

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from cdcpipe.common.kafka_client import report_error
+from ground.kafka_client import report_error
 from streaming_jobs.classify.python_prefilter import SurelyValid
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX
 from streaming_jobs.errors import ReduceError, StreamingError

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from cdcpipe.common.processes import RUN_MARK, TrackedProcess
+from ground.processes import RUN_MARK, TrackedProcess
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.jobs import locations
@@ -247,7 +247,7 @@ ERROR_SEARCH_LINES = 400
 def last_error(log: list[str]) -> str | None:
     """What the job died of, from its driver's log: its last run's `error:` line, if that run ended with one.
 
-    Each run's lines follow a `==== <time> starting` line (cdcpipe.common.processes), in one log.
+    Each run's lines follow a `==== <time> starting` line (ground.processes), in one log.
     """
     for line in reversed(log):
         if line.startswith(ERROR_MARK):

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 from schemas.contracts import ContractRegistry
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import JobsSettings

@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metr
 from prometheus_client.metrics_core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cdcpipe.common.metrics import LATENCY_BUCKETS, BatchHistogram, serve
-from cdcpipe.common.processes import running
+from ground.metrics import LATENCY_BUCKETS, BatchHistogram, serve
+from ground.processes import running
 from streaming_jobs.jobs.spec import TABLE_KINDS, JobSpec
 from streaming_jobs.phases import Phases
 from streaming_jobs.run.turns import Turns

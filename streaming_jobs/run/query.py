@@ -20,7 +20,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events

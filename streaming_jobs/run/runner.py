@@ -20,7 +20,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import GROUP, JobSpec, find

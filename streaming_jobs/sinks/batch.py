@@ -18,7 +18,7 @@ from typing import NamedTuple
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 
-from cdcpipe.common.settings import revealed
+from ground.settings import revealed
 from schemas.contracts import ContractRegistry
 from schemas.table_contracts import load_table_contract
 from streaming_jobs.classify import outbox_events, table_changes

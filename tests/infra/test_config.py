@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdcpipe.common.errors import ConfigError
+from ground.errors import ConfigError
 from infra.config import StackSettings
 
 

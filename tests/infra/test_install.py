@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 
-from cdcpipe.common.home import REPO_ROOT
+from ground.home import REPO_ROOT
 from infra import install
 
 

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from cdcpipe.common.kafka_client import read_properties
+from ground.kafka_client import read_properties
 from infra.kafka_security import CONNECT_GROUP, JOBS_GROUP_PREFIX
 from infra.service_user import SERVICE_USERS
 from streaming_jobs.config import CONSUMER_GROUP_PREFIX

@@ -15,7 +15,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from cdcpipe.common.kafka_client import read_properties, write_properties
+from ground.kafka_client import read_properties, write_properties
 from infra import tls
 from tests.support.stack import Stack, cdcpipe
 

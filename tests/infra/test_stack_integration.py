@@ -245,7 +245,7 @@ def test_each_service_writes_its_log_through_a_pump_that_keeps_it_to_a_size(stac
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             args = (proc / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-            if b"cdcpipe.common.log_pump" in args:
+            if b"ground.log_pump" in args:
                 pumps[(proc / "fd" / "0").readlink().name] = [a.decode() for a in args]
         except (FileNotFoundError, ProcessLookupError):
             continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from cdcpipe.common.metrics import BatchHistogram
+from ground.metrics import BatchHistogram
 from outbox_relay.metrics import RelayMetrics
 
 BUCKETS = (0.001, 0.01, 0.1, 1, 30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdcpipe.common.errors import ConfigError
+from ground.errors import ConfigError
 from schemas.config import DERIVED_SUFFIXES, MAX_IDENTIFIER_BYTES, OutboxNames
 
 

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.scram import scram_verifier
 from demo.run import EXAMPLES
+from ground.errors import ConfigError
+from ground.scram import scram_verifier
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
 from schemas.contracts import ContractRegistry

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.kafka_client import KafkaSettings
+from ground.errors import ConfigError
+from ground.kafka_client import KafkaSettings
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import SparkJarsMissingError
 from streaming_jobs.spark_session import REQUIRED_JARS, session_conf

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import Producer
 from deltalake import DeltaTable, QueryBuilder
 
-from cdcpipe.common.processes import TrackedProcess
 from demo.run import EXAMPLES
+from ground.processes import TrackedProcess
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once.checkpoints import read_progress
 from tests.support.spark_host import SPARK_COMMANDS, spark_run

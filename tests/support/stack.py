@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cdcpipe.common.kafka_client import KafkaSettings
 from connectors.config import ConnectSettings
 from demo.run import SAMPLES
+from ground.kafka_client import KafkaSettings
 from tests.support.kafka import create_topics
 
 

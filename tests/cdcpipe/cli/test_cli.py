@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cdcpipe import cli
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 from tests.support.stack import EXAMPLE_FOLDERS
 
 # Nothing listens on port 9 here: each service is refused at once, as when the stack is down.

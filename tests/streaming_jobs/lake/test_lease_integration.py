@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from cdcpipe.common.errors import ConfigError
+from ground.errors import ConfigError
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.lease import (
     HEARTBEAT_S,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdcpipe.common.errors import CdcpipeError
+from ground.errors import CdcpipeError
 from streaming_jobs.run import control
 from streaming_jobs.run.query import one_line
 

@@ -1,6 +1,6 @@
 """A process's output into its log file, kept to a size: past it, the file is renamed `.1` (`.1` to `.2`, ...).
 
-    python -m cdcpipe.common.log_pump LOG_FILE MAX_BYTES KEEP   (the output on standard input)
+    python -m ground.log_pump LOG_FILE MAX_BYTES KEEP   (the output on standard input)
 
 `TrackedProcess` starts one beside each service and job: the service writes into a pipe, this writes the file.
 A service's own log settings cannot do it for all (Postgres, Prometheus, s3proxy and the Python processes

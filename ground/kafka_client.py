@@ -20,9 +20,9 @@ from confluent_kafka import KafkaError
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.private_files import write_private
-from cdcpipe.common.settings import StageSettings
+from ground.errors import ConfigError
+from ground.private_files import write_private
+from ground.settings import StageSettings
 
 # librdkafka's name of each setting read from a properties file, and the field it fills.
 PROPERTIES = {

@@ -19,7 +19,7 @@ from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
-from cdcpipe.common.errors import ConfigError
+from ground.errors import ConfigError
 
 CONFIG_VARIABLE = "CDCPIPE_CONFIG"
 ENV_PREFIX = "CDCPIPE_"

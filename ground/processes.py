@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdcpipe.common.private_files import open_private_log
+from ground.private_files import open_private_log
 
 # Popen objects of the services this process started, kept so that they are reaped (and not reported
 # as "still running" when garbage-collected) while this process lives; keyed by pid.
@@ -25,7 +25,7 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 # The line each start of a process writes into its log, before the process says anything.
 RUN_MARK = "==== "
 
-# A log past this size is renamed `.1` (cdcpipe.common.log_pump); this many such files are kept besides it.
+# A log past this size is renamed `.1` (ground.log_pump); this many such files are kept besides it.
 LOG_MAX_BYTES = 64 * 1024 * 1024
 LOG_KEEP = 4
 # How much of a log's end `log_tail` reads per line asked for: enough for a stack trace's, never the whole file.
@@ -113,7 +113,7 @@ class TrackedProcess:
                 [
                     sys.executable,
                     "-m",
-                    "cdcpipe.common.log_pump",
+                    "ground.log_pump",
                     str(self.log_file),
                     str(self.log_max_bytes),
                     str(self.log_keep),

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.kafka_client import KafkaSettings
-from cdcpipe.common.settings import StageSettings, dsn_shown
+from ground.errors import ConfigError
+from ground.kafka_client import KafkaSettings
+from ground.settings import StageSettings, dsn_shown
 from infra.config import StackSettings
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdcpipe.common.private_files import open_private_log, write_private
+from ground.private_files import open_private_log, write_private
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cdcpipe.common import kafka_client
-from cdcpipe.common.errors import ConfigError
-from cdcpipe.common.kafka_client import KafkaSettings, read_properties, report_error, write_properties
+from ground import kafka_client
+from ground.errors import ConfigError
+from ground.kafka_client import KafkaSettings, read_properties, report_error, write_properties
 from outbox_relay.config import RelaySettings
 
 SECURED = {

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cdcpipe.common.processes import TrackedProcess, running
+from ground.processes import TrackedProcess, running
 
 
 def tracked(tmp_path: Path, stop_signal: signal.Signals = signal.SIGTERM) -> TrackedProcess:
