@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install install-base class-archive lint typecheck check test unit demo up down status bench chaos clean docs
+.PHONY: help install install-base install-demo class-archive lint typecheck check test unit demo up down status bench chaos clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
@@ -20,15 +20,19 @@ help:
 	@echo "make docs       regenerate the settings reference in docs/configuration.md from the settings models"
 	@echo "make clean      stop the stack and delete its data (jars and the virtual environment stay)"
 
-install:
-	@python3 infra/install.py
+install: install-base class-archive
 
 # What `make test` needs before lint and types; the Spark driver's class archive (a JVM's work) is built beside them.
 install-base:
-	@python3 infra/install.py --class-archive no
+	@python3 infra/install.py --for test
 
+# What the demo runs on, and no more: no browser (the tests' alone), no class archive (its one driver does not repay it).
+install-demo:
+	@python3 infra/install.py --for demo
+
+# A Spark driver's class-data archive, which every later driver maps: the stage that starts drivers builds it.
 class-archive: install-base
-	@python3 infra/install.py --class-archive only
+	@$(PY) -m streaming_jobs.class_archive
 
 lock: install
 	@$(PY) -m pip freeze --all --exclude-editable | LC_ALL=C sort > infra/python.lock
@@ -55,7 +59,7 @@ test: install-base
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck class-archive
 	$(PY) -m tests.suite $(PYTEST_ARGS)
 
-demo: install
+demo: install-demo
 	$(CDCPIPE) stack up --spark-cluster
 	$(CDCPIPE) demo
 

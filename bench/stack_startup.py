@@ -19,6 +19,7 @@ from typing import Any
 
 from infra import stack
 from infra.config import StackSettings
+from monitor.collector import COMMAND as COLLECTOR
 
 
 def main() -> None:
@@ -34,7 +35,7 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for run in range(args.runs):
         began = time.monotonic()
-        started = stack.up(settings, spark_cluster=True, report=lambda _: None)
+        started = stack.up(settings, spark_cluster=True, report=lambda _: None, collector=COLLECTOR)
         total = time.monotonic() - began
         time.sleep(args.idle_seconds)
         rss = {row.service: row.rss_bytes for row in stack.status(settings)}

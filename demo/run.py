@@ -147,7 +147,7 @@ def run(say: Callable[[str], None] = print) -> None:
     relay_log = stack.logs / "demo-relay.log"
     with relay_log.open("wb") as log:
         relay = subprocess.Popen(
-            [sys.executable, "-m", "cdcpipe", "relay", "run"],
+            [sys.executable, "-m", "outbox_relay"],  # what `cdcpipe relay run` runs
             env={
                 **env,
                 "CDCPIPE_METRICS_PORT": "0",

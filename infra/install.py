@@ -86,8 +86,11 @@ def run(cmd: list[str], what: str, **kwargs: object) -> None:
 # --- Debian packages ----------------------------------------------------------------------------
 
 
-def system_packages(versions: dict[str, dict[str, str]]) -> None:
-    """Install the Debian packages that are missing (PostgreSQL server, kcat, acl, Prometheus, Chromium, Java, Maven)."""
+def system_packages(versions: dict[str, dict[str, str]], *, tests: bool) -> None:
+    """Install the Debian packages that are missing: PostgreSQL's server, kcat, acl, Prometheus, Java, Maven.
+
+    For the tests, Chromium too.
+    """
     pg_major = versions["stack"]["postgres_major"]
     wanted = {
         f"postgresql-{pg_major}": Path(f"/usr/lib/postgresql/{pg_major}/bin/postgres"),
@@ -96,9 +99,9 @@ def system_packages(versions: dict[str, dict[str, str]]) -> None:
         "acl": Path("/usr/bin/setfacl"),
         # The stack's Prometheus, and promtool, which the alert rules' unit tests run.
         "prometheus": Path("/usr/bin/promtool"),
-        # A headless browser: the tests open the stack's status page in it, as a person would.
-        "chromium": Path("/usr/bin/chromium"),
     }
+    if tests:  # a headless browser: the tests open the stack's status page in it, as a person would
+        wanted["chromium"] = Path("/usr/bin/chromium")
     missing = [pkg for pkg, probe in wanted.items() if not probe.exists()]
     if shutil.which("java") is None:
         missing.append("openjdk-17-jre-headless")
@@ -295,79 +298,26 @@ def kcat() -> None:
     log(f"kcat: {wrapper} runs {system_kcat} on {bundled[-1].name}")
 
 
-# --- the Spark driver's class-data archive --------------------------------------------------------------
-
-CLASS_ARCHIVE = LIB / "spark-driver.jsa"  # JobsSettings.spark_class_archive's default
-ARCHIVE_PROBE = """
-import sys, tempfile
-from pathlib import Path
-from streaming_jobs.config import JobsSettings
-from streaming_jobs.spark_session import write_class_archive
-with tempfile.TemporaryDirectory() as lake:
-    settings = JobsSettings.load(spark_master="local[2]", lake=lake, spark_jars_dir=sys.argv[1], spark_class_archive=None)
-    print("driver pid", write_class_archive(settings, Path(lake)))
-"""
-
-
-def class_archive() -> None:
-    """A dynamic class-data archive of a Spark driver: each job's driver then starts on about half the CPU.
-
-    Built once per pyspark, Spark jars and Java (stamped); a stale one is only ignored by the JVM, with a warning.
-    """
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
-    spark_jars = sorted(f"{j.name}:{j.stat().st_size}" for j in JAR_PROFILES["spark"].glob("*.jar"))
-    pyspark = sorted(str(p) for p in (VENV / "lib").glob("python3*/site-packages/pyspark/jars/*.jar"))
-    wanted = digest(java.encode(), "\n".join(spark_jars).encode(), "\n".join(pyspark).encode())
-    stamp = CLASS_ARCHIVE.with_suffix(".installed")
-    if stamp_matches(stamp, wanted) and CLASS_ARCHIVE.is_file():
-        log(f"spark driver class archive: up to date ({CLASS_ARCHIVE})")
-        return
-    started = time.monotonic()
-    partial = CLASS_ARCHIVE.with_suffix(".jsa.partial")
-    partial.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "CDCPIPE_SPARK_JAVA_OPTIONS": f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial}",
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    probe = [str(VENV / "bin" / "python"), "-c", ARCHIVE_PROBE, str(JAR_PROFILES["spark"])]
-    proc = subprocess.run(probe, capture_output=True, text=True, env=env, cwd=REPO, check=False)
-    if proc.returncode != 0:
-        raise InstallError(f"spark driver class archive: the probe driver failed\n{proc.stderr[-3000:]}")
-    # The JVM's own output (its archiving warnings) shares stdout with the probe's: the line it printed says the pid.
-    pid = int(next(line for line in proc.stdout.splitlines() if line.startswith("driver pid ")).split()[-1])
-    deadline = time.monotonic() + 120
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:  # the JVM writes it as it exits
-        time.sleep(0.2)
-    if not partial.is_file() or Path(f"/proc/{pid}").exists():
-        raise InstallError(f"spark driver class archive: the driver (pid {pid}) wrote no {partial} within 120 s")
-    partial.chmod(0o644)  # drivers of other users (a cluster's) map it too
-    partial.replace(CLASS_ARCHIVE)
-    stamp.write_text(wanted)
-    log(f"spark driver class archive: {CLASS_ARCHIVE.stat().st_size >> 20} MiB in {time.monotonic() - started:.0f}s")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Install every missing part; exit 1 with the failing step named."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-system", action="store_true", help="do not check or install Debian packages")
     parser.add_argument(
-        "--class-archive",
-        choices=("yes", "no", "only"),
-        default="yes",
-        help="the Spark driver's class archive too, not, or only it (`make test` builds it beside lint and types)",
+        "--for",
+        dest="purpose",
+        choices=("demo", "test"),
+        default="test",
+        help="what to install for: the demo (the stack and the pipeline), or the tests too (a headless browser); "
+        "the Spark driver's class archive is `python -m streaming_jobs.class_archive`'s (make install runs both)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()
     versions = load_versions()
     try:
-        if args.class_archive == "only":
-            class_archive()
-            return 0
 
         def java_side() -> None:
             if not args.skip_system:
-                system_packages(versions)  # Java and Maven, if missing, come from there
+                system_packages(versions, tests=args.purpose == "test")  # Java and Maven, if missing, come from there
             jars(versions, tuple(p for p in JAR_PROFILES if p != "spark"))
             transforms(versions)
 
@@ -382,8 +332,6 @@ def main(argv: list[str] | None = None) -> int:
             raise InstallError("\n[install] error: ".join(str(error) for error in failed))
         kcat()
         jars(versions, ("spark",))
-        if args.class_archive == "yes":
-            class_archive()
     except InstallError as exc:
         print(f"[install] error: {exc}", file=sys.stderr)
         return 1

@@ -8,13 +8,13 @@ import shlex
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from infra import kafka_security
 from infra.config import MAX_SPARK_WORKERS, StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
-from infra.services import CORE_SERVICES, Postgres, Service, SparkMaster, SparkWorker
+from infra.services import CORE_SERVICES, Collector, Postgres, Service, SparkMaster, SparkWorker
 from infra.services.base import JOBS_ROLE, MONITOR_ROLE, RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
 from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, secret_key
@@ -23,13 +23,17 @@ from infra.stack_secrets import secret_file
 Report = Callable[[str], None]
 
 
-def services(settings: StackSettings, *, spark_cluster: bool = True, workers: int | None = None) -> list[Service]:
+def services(
+    settings: StackSettings, *, spark_cluster: bool = True, workers: int | None = None, collector: Sequence[str] = ()
+) -> list[Service]:
     """Every service in start order: the Spark master and `workers` workers only when asked for.
 
     Without `workers`, every worker there may be (what `status` and `down` look for: the pid files say
-    which ran).
+    which ran). `collector`: the collector's command (the monitor's, given by the CLI above the stack).
     """
-    found: list[Service] = [cls(settings) for cls in CORE_SERVICES]
+    found: list[Service] = [
+        Collector(settings, collector) if cls is Collector else cls(settings) for cls in CORE_SERVICES
+    ]
     if spark_cluster:
         found.append(SparkMaster(settings))
         found += [SparkWorker(settings, i) for i in range(workers or MAX_SPARK_WORKERS)]
@@ -73,8 +77,14 @@ class Started:
     already_running: bool
 
 
-def up(settings: StackSettings, *, spark_cluster: bool = False, report: Report = print) -> list[Started]:
-    """Start each service that is not running, one after another, each only once the previous is healthy."""
+def up(
+    settings: StackSettings, *, spark_cluster: bool = False, report: Report = print, collector: Sequence[str] = ()
+) -> list[Started]:
+    """Start each service that is not running, one after another, each only once the previous is healthy.
+
+    Without the collector's `collector` command (a restart of the services a fault took down, say), a collector
+    that is not running is left so, and said.
+    """
     for folder in (settings.state, settings.logs, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
     # The local lake holds every event the jobs apply: no other local user may enter it (only the others' bits go,
@@ -82,7 +92,10 @@ def up(settings: StackSettings, *, spark_cluster: bool = False, report: Report =
     settings.lake.mkdir(parents=True, exist_ok=True)
     settings.lake.chmod(settings.lake.stat().st_mode & 0o770)
     results = []
-    for service in services(settings, spark_cluster=spark_cluster, workers=settings.spark_workers):
+    for service in services(settings, spark_cluster=spark_cluster, workers=settings.spark_workers, collector=collector):
+        if isinstance(service, Collector) and not collector and service.process.pid() is None:
+            report(f"{service.name:<15} not started: `cdcpipe stack up` starts it")
+            continue
         results.append(_start_one(service, settings, report))
     return results
 

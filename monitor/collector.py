@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,6 +44,8 @@ from streaming_jobs.run import cluster
 from streaming_jobs.run.metrics import stale_targets
 
 log = logging.getLogger(__name__)
+# How the stack runs it (`cdcpipe stack up` hands it to infra, which starts it as a service).
+COMMAND = (sys.executable, "-m", "monitor.collector")
 STATES = ("RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED", "RESTARTING")
 
 

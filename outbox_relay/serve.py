@@ -1,11 +1,13 @@
-"""`cdcpipe relay run`: the relay as a long-running process, with its metrics endpoint and signal handling."""
+"""`cdcpipe relay run` (or `python -m outbox_relay`): the relay as a long-running process, its metrics and signals."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 
+from ground.errors import CdcpipeError
 from outbox_relay.config import RelaySettings
 from outbox_relay.errors import RelayError
 from outbox_relay.metrics import RelayMetrics
@@ -26,3 +28,13 @@ def serve(settings: RelaySettings, names: OutboxNames, *, log_level: str = "INFO
     metrics = RelayMetrics()
     metrics.serve(settings.metrics_port)
     Relay(settings, names, stop=stop, metrics=metrics).run()
+
+
+def main() -> int:
+    """`python -m outbox_relay`: `cdcpipe relay run` without the command line above it (the demo starts it so)."""
+    try:
+        serve(RelaySettings.load(), OutboxNames.load())
+    except CdcpipeError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    return 0

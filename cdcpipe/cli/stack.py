@@ -10,6 +10,7 @@ import typer
 from cdcpipe.cli.common import settings_help
 from infra import checks, stack
 from infra.config import StackSettings
+from monitor import collector
 
 app = typer.Typer(
     help="The local stack: PostgreSQL, Kafka (KRaft), Kafka Connect + Debezium, optionally Spark standalone.",
@@ -27,7 +28,7 @@ def stack_up(
 ) -> None:
     """Start every service not yet running, one at a time, each once the previous is healthy."""
     settings = StackSettings.load(**({"spark_workers": workers} if workers is not None else {}))
-    stack.up(settings, spark_cluster=spark_cluster, report=typer.echo)
+    stack.up(settings, spark_cluster=spark_cluster, report=typer.echo, collector=collector.COMMAND)
 
 
 @app.command("status")

@@ -1,6 +1,7 @@
 """The collector (monitor/collector.py): Connect, Postgres and the jobs' drivers as metrics, for the stack's Prometheus.
 
-It is cdcpipe's own Python, started from the virtual environment that runs `stack up`, as the stack's owner,
+Its command comes from above (`cdcpipe stack up` gives monitor's): the stack runs it, and knows nothing of what it
+reads. It is cdcpipe's own Python, started from the virtual environment that runs `stack up`, as the stack's owner,
 like the relay and the jobs (the venv's interpreter may live where no other user can run it: pyenv's under
 /root). Its environment holds only what it reads with, in a folder of its own (0700): the monitor role's password
 (a pgpass of that one line) and Connect's REST password; never the stack's other secrets.
@@ -9,13 +10,14 @@ like the relay and the jobs (the venv's interpreter may live where no other user
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 
 from ground.private_files import write_private
-from infra.errors import ServiceNotReadyError
+from infra.config import StackSettings
+from infra.errors import ServiceNotReadyError, ServiceStartError
 from infra.service_user import private_folder
 from infra.services.base import MONITOR_ROLE, ROLE_SECRETS, PortSpec, Service
 from infra.services.connect import REST_USER
@@ -29,9 +31,13 @@ PASSED_ON_PREFIXES = ("CDCPIPE_OUTBOX_", "CDCPIPE_RUN_DIR")
 
 
 class Collector(Service):
-    """`python -m monitor.collector` on 127.0.0.1, the port after Prometheus's."""
+    """The collector's command (given by the caller) on 127.0.0.1, the port after Prometheus's."""
 
     name = "collector"
+
+    def __init__(self, settings: StackSettings, command: Sequence[str] = ()) -> None:
+        super().__init__(settings)
+        self._command = list(command)
 
     @property
     def ports(self) -> list[PortSpec]:
@@ -77,7 +83,9 @@ class Collector(Service):
         return env
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "monitor.collector"]
+        if not self._command:
+            raise ServiceStartError(f"{self.name}: no command was given for it; `cdcpipe stack up` starts it")
+        return self._command
 
     def check_health(self) -> None:
         url = f"http://127.0.0.1:{collector_port(self.settings)}/metrics"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +66,22 @@ def test_both_parallel_steps_failing_are_both_reported(
 
     monkeypatch.setattr(install, "virtualenv", fails("pip"))
     monkeypatch.setattr(install, "jars", fails("maven"))
-    assert install.main(["--skip-system", "--class-archive", "no"]) == 1
+    assert install.main(["--skip-system", "--for", "test"]) == 1
     said = capsys.readouterr().err
     assert "[install] error: pip failed" in said
     assert "[install] error: maven failed" in said
+
+
+@pytest.mark.parametrize(("purpose", "browser"), [("demo", False), ("test", True)])
+def test_the_demo_installs_no_browser_and_the_tests_do(
+    monkeypatch: pytest.MonkeyPatch, purpose: str, browser: bool
+) -> None:
+    """Chromium is the tests' alone (they open the status page in it): `make demo` does not wait for it."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(install, "run", lambda cmd, *_, **__: ran.append(cmd))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(Path, "exists", lambda _: False)  # a bare machine
+    install.system_packages(install.load_versions(), tests=purpose == "test")
+    [apt] = [cmd for cmd in ran if cmd[:2] == ["apt-get", "install"]]
+    assert ("chromium" in apt) is browser
+    assert "prometheus" in apt
