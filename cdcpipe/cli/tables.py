@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from capture import commands
+from capture import add, listing, plan, remove, snapshot
 from capture.config import CaptureSettings
 from cdcpipe.cli.common import settings_help
 
@@ -19,13 +19,13 @@ SCHEMAS = typer.Option(None, "--schema", help="every table of this schema (repea
 DRY_RUN = typer.Option(False, "--dry-run", help="print the plan; change nothing")
 
 
-def _show(steps: list[commands.Step], *, dry_run: bool) -> None:
+def _show(steps: list[plan.Step], *, dry_run: bool) -> None:
     if dry_run:
         for step in steps:
             typer.echo(step.line(done=False))
         typer.echo("dry run: nothing changed")
         return
-    commands.run(steps, typer.echo)
+    plan.run(steps, typer.echo)
 
 
 @app.command("add")
@@ -42,9 +42,9 @@ def tables_add(
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Capture tables: grants and publication, contract, topic with ACLs, the table connector, jobs, a snapshot."""
-    settings = commands.Settings.load()
-    chosen = commands.resolve(settings, tables or [], schemas or [])
-    steps = commands.plan_add(
+    settings = plan.Settings.load()
+    chosen = plan.resolve(settings, tables or [], schemas or [])
+    steps = add.plan_add(
         settings, chosen, mirror=mirror, history=history, submit=submit, snapshot=snapshot, group=group
     )
     _show(steps, dry_run=dry_run)
@@ -58,8 +58,8 @@ def tables_snapshot(
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Snapshot the rows of captured tables again (Debezium's incremental snapshot, beside the stream)."""
-    settings = commands.Settings.load()
-    steps = commands.plan_snapshot(settings, commands.resolve(settings, tables or [], []), where, stop=stop)
+    settings = plan.Settings.load()
+    steps = snapshot.plan_snapshot(settings, plan.resolve(settings, tables or [], []), where, stop=stop)
     _show(steps, dry_run=dry_run)
     if not dry_run:
         typer.echo("progress: `cdcpipe tables list`")
@@ -72,8 +72,8 @@ def tables_remove(
     dry_run: bool = DRY_RUN,
 ) -> None:
     """Stop capturing tables: their jobs stopped and files removed, the connector and publication without them."""
-    settings = commands.Settings.load()
-    steps = commands.plan_remove(settings, commands.resolve(settings, tables or [], []))
+    settings = plan.Settings.load()
+    steps = remove.plan_remove(settings, plan.resolve(settings, tables or [], []))
     if dry_run:
         _show(steps, dry_run=True)
         return
@@ -82,13 +82,13 @@ def tables_remove(
     if not yes and not typer.confirm("go ahead?", default=False):
         typer.echo("nothing changed")
         raise typer.Exit(1)
-    commands.run(steps, typer.echo)
+    plan.run(steps, typer.echo)
 
 
 @app.command("list")
 def tables_list() -> None:
     """Each captured table: contract, connector and tasks, topic, jobs with their lag, snapshot progress."""
-    for line in commands.listing(commands.Settings.load()):
+    for line in listing.listing(plan.Settings.load()):
         typer.echo(line.table)
         typer.echo(f"  contract   {line.contract}")
         typer.echo(f"  connector  {line.connector}" + ("" if line.published else "; NOT in the publication"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capture import commands, connector, files, postgres, progress
+from capture import connector, files, plan, postgres, progress
 from capture.config import CaptureSettings
 from capture.errors import CaptureError
 from schemas import topics
@@ -196,16 +196,16 @@ def _settings() -> tuple[CaptureSettings, SchemaSettings, OutboxNames]:
 
 
 def test_a_connector_of_another_name_gets_its_own_slot_and_publication(monkeypatch: pytest.MonkeyPatch) -> None:
-    default = commands.Settings.load()
+    default = plan.Settings.load()
     assert (default.capture.slot, default.schema.tables_publication) == ("cdcpipe_tables", "cdcpipe_tables")
     monkeypatch.setenv("CDCPIPE_CAPTURE_CONNECTOR", "crm-Tables")
-    other = commands.Settings.load()
+    other = plan.Settings.load()
     assert (other.capture.slot, other.schema.tables_publication) == ("crm_tables", "crm_tables")
     config = connector.new_config(other.capture, other.schema, other.names, ["public.orders"])
     assert (config["slot.name"], config["publication.name"]) == ("crm_tables", "crm_tables")
     monkeypatch.setenv("CDCPIPE_CAPTURE_SLOT", "mine")
     monkeypatch.setenv("CDCPIPE_TABLES_PUBLICATION", "my_pub")
-    chosen = commands.Settings.load()
+    chosen = plan.Settings.load()
     assert (chosen.capture.slot, chosen.schema.tables_publication) == ("mine", "my_pub")
 
 
