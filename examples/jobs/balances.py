@@ -1,8 +1,9 @@
 """Balance per account, from the account and transfer events: the example projection.
 
-Amounts are integers in minor units. Every micro-batch becomes one MERGE that adds each account's change;
-`ctx.idempotent()` makes Delta skip that MERGE if the batch already reached the table, which is what keeps
-an increment from being applied twice after a crash.
+Amounts are integers in minor units. Every micro-batch becomes one MERGE that adds each account's change,
+made inside `batch.idempotent()`: the commit records the offsets the table then holds, and a batch the table
+already holds never reaches the projection again, which is what keeps an increment from being applied twice
+after a crash. It imports only cdcpipe's public `cdcpipe.projection` (and Spark's and Delta's own).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from streaming_jobs.once.context import BatchContext
+from cdcpipe.projection import Batch
 
 AMOUNTS = StructType(
     [
@@ -25,7 +26,7 @@ AMOUNTS = StructType(
 BALANCES = StructType([StructField("account_id", StringType()), StructField("balance", LongType())])
 
 
-def apply(events: DataFrame, ctx: BatchContext) -> None:
+def apply(events: DataFrame, batch: Batch) -> None:
     """Add each account's change in this batch to its balance."""
     parsed = events.select("event_type", F.from_json("payload", AMOUNTS).alias("p"))
     changes = (
@@ -49,11 +50,11 @@ def apply(events: DataFrame, ctx: BatchContext) -> None:
         .groupBy("account_id")
         .agg(F.sum("delta").alias("delta"))
     )
-    if not DeltaTable.isDeltaTable(ctx.spark, str(ctx.table)):
-        ctx.spark.createDataFrame([], BALANCES).write.format("delta").mode("ignore").save(str(ctx.table))
-    with ctx.idempotent():
+    if not DeltaTable.isDeltaTable(batch.spark, batch.table):
+        batch.spark.createDataFrame([], BALANCES).write.format("delta").mode("ignore").save(batch.table)
+    with batch.idempotent():
         (
-            DeltaTable.forPath(ctx.spark, str(ctx.table))
+            DeltaTable.forPath(batch.spark, batch.table)
             .alias("t")
             .merge(changes.alias("s"), "t.account_id = s.account_id")
             .whenMatchedUpdate(set={"balance": "t.balance + s.delta"})
