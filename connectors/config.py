@@ -8,7 +8,7 @@ from typing import ClassVar
 from pydantic import Field, SecretStr, model_validator
 
 from ground.errors import ConfigError
-from ground.settings import StageSettings
+from ground.settings import DEFAULT_PG_DSN, StageSettings
 
 
 class ConnectSettings(StageSettings):
@@ -25,7 +25,7 @@ class ConnectSettings(StageSettings):
         None, description="file holding that user's password (instead of CDCPIPE_CONNECT_PASSWORD)"
     )
     pg_dsn: SecretStr = Field(
-        SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
+        SecretStr(DEFAULT_PG_DSN),
         description="libpq connection string used to read replication slots and publications",
     )
     connectors_dir: Path | None = Field(

@@ -23,6 +23,8 @@ from ground.errors import ConfigError
 
 CONFIG_VARIABLE = "CDCPIPE_CONFIG"
 ENV_PREFIX = "CDCPIPE_"
+# The local stack's database as its superuser (password from PGPASSFILE): the stages' default Postgres.
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/cdcpipe"
 # Sections renamed since a release: a file that still has the old name is refused with the new one.
 RENAMED_SECTIONS = {"spark": "jobs"}
 

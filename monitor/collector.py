@@ -37,7 +37,7 @@ from ground.metrics import serve
 from monitor import readings
 from monitor.config import MonitorSettings
 from monitor.errors import MonitorError
-from outbox_relay.redrive import RelayStatus
+from outbox_relay.status import RelayStatus
 from schemas.config import OutboxNames
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.run import cluster

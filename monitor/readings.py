@@ -17,8 +17,8 @@ from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from connectors.slots import SlotStatus, read_logical_slots
 from monitor.config import MonitorSettings
-from outbox_relay import redrive
-from outbox_relay.redrive import RelayStatus
+from outbox_relay import status as relay_status
+from outbox_relay.status import RelayStatus
 from schemas.config import OutboxNames
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import JOB_NAME
@@ -120,7 +120,7 @@ def slots(conn: psycopg.Connection[Any]) -> list[SlotStatus]:
 
 def outbox(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
     """The relay's view: who leads, what is stalled, the backlog and its oldest event, the dead letters."""
-    return redrive.status(conn, names)
+    return relay_status.status(conn, names)
 
 
 def relays(conn: psycopg.Connection[Any]) -> list[str]:

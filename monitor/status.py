@@ -17,7 +17,7 @@ from infra import stack
 from infra.config import StackSettings
 from monitor import readings
 from monitor.config import MonitorSettings
-from outbox_relay.redrive import RelayStatus
+from outbox_relay.status import RelayStatus
 from schemas.config import OutboxNames
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.run import control

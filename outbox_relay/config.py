@@ -9,7 +9,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
 
 from ground.kafka_client import KafkaSettings
-from ground.settings import StageSettings, split_list
+from ground.settings import DEFAULT_PG_DSN, StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
 
@@ -20,7 +20,7 @@ class RelaySettings(StageSettings):
     toml_section: ClassVar[str] = "relay"
 
     pg_dsn: SecretStr = Field(
-        SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
+        SecretStr(DEFAULT_PG_DSN),
         description="libpq connection string, used by the relay when relay_pg_dsn is not set",
     )
     relay_pg_dsn: SecretStr | None = Field(

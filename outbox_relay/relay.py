@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -36,11 +35,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from outbox_relay import leader
+from outbox_relay import leader, sessions
 from outbox_relay.backlog import BacklogProbe
 from outbox_relay.batches import Batch, DeadLetter, Refusal, Row, free_connection, record_bytes
 from outbox_relay.config import RelaySettings
-from outbox_relay.errors import KafkaUnavailableError, PublishStalledError, RelayError
+from outbox_relay.errors import KafkaUnavailableError, PublishStalledError
 from outbox_relay.kafka import (
     PERMANENT_ERRORS,
     SIZE_ERRORS,
@@ -51,7 +50,6 @@ from outbox_relay.kafka import (
 from outbox_relay.metrics import RelayMetrics
 from outbox_relay.sql import (
     bury_sql,
-    check_outbox,
     dead_aggregates_sql,
     dead_params,
     overtake_sql,
@@ -97,7 +95,7 @@ class Relay:
 
     def run(self) -> None:
         """Be the leader (or wait to become it) and publish until stopped; survive Postgres outages."""
-        backoff = _Backoff(self.settings.backoff_max_s)
+        backoff = sessions.Backoff(self.settings.backoff_max_s)
         # Everything made so far (modules, settings, the producer) lives as long as the process. Frozen, the
         # collector's full passes no longer walk it: such a pass was a pause of its own, paid by whichever
         # events were in flight.
@@ -117,7 +115,9 @@ class Relay:
             except psycopg.OperationalError as exc:
                 self.metrics.errors.labels("postgres").inc()
                 delay = backoff.next()
-                log.warning("postgres unreachable or connection lost (%s); retrying in %.1fs", _one_line(exc), delay)
+                log.warning(
+                    "postgres unreachable or connection lost (%s); retrying in %.1fs", sessions.one_line(exc), delay
+                )
                 self.stop.wait(delay)
             finally:
                 self.metrics.leader.set(0)
@@ -125,41 +125,10 @@ class Relay:
         log.info("relay stopped%s", f" ({remaining} messages unacknowledged)" if remaining else "")
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            self.settings.dsn(),
-            autocommit=True,
-            application_name=f"cdcpipe-relay:{os.getpid()}",
-            # The relay's commits only remove rows Kafka already holds. Not waiting for their WAL flush takes
-            # a disk sync off every batch; if Postgres crashes before the flush, the removal is lost as a
-            # whole and those rows are simply sent again, which at-least-once delivery allows (the event id
-            # lets consumers drop the copy). A row can never be lost this way, only resent.
-            options="-c synchronous_commit=off",
-            connect_timeout=5,
-            # Notice a dead server (or a cut network) in about 15s, not the kernel's two hours.
-            keepalives_idle=5,
-            keepalives_interval=2,
-            keepalives_count=5,
-        )
-        return conn
+        return sessions.connect(self.settings)
 
     def _check_outbox(self, conn: psycopg.Connection[Any]) -> None:
-        """Refuse to start without an outbox, with the fix, rather than fail at the first take."""
-        names = self.names
-        exists, complete = check_outbox(conn, names)
-        if not exists:
-            raise RelayError(
-                f"the outbox table {names.outbox_schema}.{names.outbox_table} does not exist in this database (or "
-                "the relay's role may not use its schema): create it with `cdcpipe schema apply`, or point "
-                "CDCPIPE_OUTBOX_SCHEMA / CDCPIPE_OUTBOX_TABLE at yours"
-            )
-        if not complete:
-            status = f"{names.outbox_schema}.{names.relay_status_table}"
-            raise RelayError(
-                f"the outbox {names.outbox_schema}.{names.outbox_table} was made by an older `cdcpipe schema apply`: "
-                f"this relay needs {status} with its `stalls` column and the dead letters' `overtaken` column. Run "
-                "`cdcpipe schema apply` "
-                "again (it only adds what is missing), then start the relay"
-            )
+        sessions.check_outbox_usable(conn, self.names)
 
     def _read_dead_aggregates(self, conn: psycopg.Connection[Any]) -> set[tuple[str, str]]:
         rows = conn.execute(dead_aggregates_sql(self.names)).fetchall()
@@ -187,7 +156,7 @@ class Relay:
         """
         lead.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.names.notify_channel)))
         wakeups = Wakeups(lead, self.stop)
-        kafka_backoff = _Backoff(self.settings.backoff_max_s)
+        kafka_backoff = sessions.Backoff(self.settings.backoff_max_s)
         backlog = BacklogProbe(self.settings, self.names, self.metrics, stop_when=self.stop)
         backlog.start()
         in_flight: deque[Batch] = deque()  # produced, not yet committed; oldest first
@@ -477,23 +446,3 @@ class Relay:
 
     def _new_producer(self) -> Producer:
         return Producer({**producer_config(self.settings), "logger": log})
-
-
-class _Backoff:
-    """Exponential backoff from 0.2s up to a ceiling, reset after a success."""
-
-    def __init__(self, ceiling_s: float) -> None:
-        self._ceiling = ceiling_s
-        self._next = 0.2
-
-    def reset(self) -> None:
-        self._next = 0.2
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self._ceiling)
-        return delay
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from ground.settings import StageSettings, split_list
+from ground.settings import DEFAULT_PG_DSN, StageSettings, split_list
 
 # Postgres truncates longer names silently, which would make two settings name one object.
 MAX_IDENTIFIER_BYTES = 63
@@ -92,7 +92,7 @@ class SchemaSettings(StageSettings):
     toml_section: ClassVar[str] = "schema"
 
     pg_dsn: SecretStr = Field(
-        SecretStr("postgresql://postgres@127.0.0.1:5432/cdcpipe"),
+        SecretStr(DEFAULT_PG_DSN),
         description="libpq connection string of a role that may create schemas and roles",
     )
     writer_role: str = Field("cdcpipe_writer", description="role that may only insert into the outbox")

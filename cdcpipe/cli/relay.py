@@ -9,6 +9,7 @@ import typer
 
 from cdcpipe.cli.common import settings_help
 from outbox_relay import redrive, serve
+from outbox_relay import status as outbox_status
 from outbox_relay.config import RelaySettings
 from schemas.config import OutboxNames, SchemaSettings
 
@@ -31,8 +32,8 @@ def relay_run(
 def relay_status(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """The leading relay, what publishing is stalled on (if anything), the backlog and the dead letters."""
     settings, names = RelaySettings.load(), OutboxNames.load()
-    with redrive.connect(settings.dsn()) as conn:
-        report = redrive.status(conn, names)
+    with outbox_status.connect(settings.dsn()) as conn:
+        report = outbox_status.status(conn, names)
     if as_json:
         typer.echo(json.dumps(asdict(report), indent=2, default=str))
         return
@@ -73,7 +74,7 @@ def relay_redrive(
 ) -> None:
     """Put dead letters back into the outbox under their own seq, to be published once their cause is fixed."""
     names, settings = OutboxNames.load(), SchemaSettings.load()
-    with redrive.connect(settings.pg_dsn.get_secret_value()) as conn:
+    with outbox_status.connect(settings.pg_dsn.get_secret_value()) as conn:
         result = redrive.redrive(
             conn, names, reason=reason, aggregate_type=aggregate_type, allow_reorder=allow_reorder, dry_run=dry_run
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from connectors.slots import SlotStatus
 from monitor import status
 from monitor.readings import Connector, Task, read
-from outbox_relay.redrive import RelayStatus, TopicStall
+from outbox_relay.status import RelayStatus, TopicStall
 from schemas.config import OutboxNames
 from streaming_jobs.run import cluster, control
 
