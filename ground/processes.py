@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ground.private_files import open_private_log
 
@@ -41,6 +42,11 @@ def _start_time(pid: int) -> str | None:
     fields = stat[stat.rindex(")") + 2 :].split()
     state, start = fields[0], fields[19]
     return None if state == "Z" else start
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """`subprocess` arguments that run a child as `user` (its group, no supplementary groups); None: as this process."""
+    return {"user": user, "group": user, "extra_groups": [] if user else None}
 
 
 def running(pid: int) -> bool:
@@ -135,10 +141,8 @@ class TrackedProcess:
                 env=env,
                 cwd=cwd,
                 start_new_session=True,
-                user=user,
-                group=user,
-                extra_groups=[] if user else None,
                 umask=umask,
+                **as_user(user),
             )
         finally:
             os.close(source)

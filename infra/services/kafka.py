@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from ground.private_files import write_private
+from ground.processes import as_user
 from infra import kafka_security, tls
 from infra.errors import ServiceNotReadyError, ServiceStartError
 from infra.service_user import hand_over, private_folder
@@ -168,9 +169,7 @@ class Kafka(Service):
                 capture_output=True,
                 text=True,
                 check=False,
-                user=user,
-                group=user,
-                extra_groups=[] if user else None,
+                **as_user(user),
                 cwd="/",
                 umask=0o077,  # the metadata log's folder, as the broker's own files: nobody else's
             )

@@ -14,6 +14,7 @@ import psycopg
 from psycopg import sql
 
 from ground.private_files import write_private
+from ground.processes import as_user
 from ground.scram import scram_verifier
 from infra.errors import NotInstalledError, ServiceNotReadyError, ServiceStartError
 from infra.service_user import private_folder
@@ -108,9 +109,7 @@ class Postgres(Service):
                 capture_output=True,
                 text=True,
                 check=False,
-                user=user,
-                group=user,
-                extra_groups=[] if user else None,
+                **as_user(user),
                 cwd="/",
             )
         finally:
