@@ -3,8 +3,8 @@
 Debezium retries a lost connection while it streams, but an error in its start (Postgres down while the task
 restarts after a Kafka fault, say) fails the task for good: Kafka Connect restarts nothing by itself. A task
 FAILED on a connection refused or reset, a database shutting down or starting up, a timeout or a handshake cut
-off is restarted after `heal_backoff_s`, then twice as long each time (at most `heal_backoff_max_s`), up to
-`heal_restarts_max` times in a row; one that then ran `heal_settled_s` starts the count afresh. A task failed
+off is restarted at the next look, again `heal_backoff_s` after that, then twice as long each time (at most
+`heal_backoff_max_s`), up to `heal_restarts_max` times in a row; one that then ran `heal_settled_s` starts the count afresh. A task failed
 on anything else (a data or configuration error: a column not found, a password refused, a certificate not
 trusted) is left as it is: restarting it would fail the same way, and hide the error. The monitor's collector
 runs a `Healer` (its `cdcpipe_connect_task_*restarts*` series, and an alert when the ceiling is reached).
