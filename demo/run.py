@@ -148,11 +148,7 @@ def run(say: Callable[[str], None] = print) -> None:
     with relay_log.open("wb") as log:
         relay = subprocess.Popen(
             [sys.executable, "-m", "outbox_relay"],  # what `cdcpipe relay run` runs
-            env={
-                **env,
-                "CDCPIPE_METRICS_PORT": "0",
-                "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(stack, "relay")),
-            },
+            env={**env, "CDCPIPE_METRICS_PORT": "0"},  # as the relay's own Kafka user (env_values names its file)
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -239,6 +239,17 @@ _latest: list[str] = []  # the problem explained last, for the error a failed re
 REPEAT_AFTER_S = 30.0
 
 
+def with_own_client_file(data: Any, field: str) -> Any:
+    """A stage's settings `data` whose `kafka` comes from the stage's own client file (`field`) when it names one.
+
+    A component's own file wins over CDCPIPE_KAFKA_CONFIG, which an operator's shell points at the admin's; explicit
+    CDCPIPE_KAFKA_* variables still win over the file, as they do over CDCPIPE_KAFKA_CONFIG's.
+    """
+    if isinstance(data, dict) and data.get(field) and "kafka" not in data:
+        return {**data, "kafka": KafkaSettings.load(kafka_config=data[field])}
+    return data
+
+
 def explain(error: KafkaError, settings: KafkaSettings | None = None) -> str | None:
     """What a user must fix for a client error, or None for one librdkafka retries by itself.
 

@@ -247,8 +247,11 @@ def env_values(settings: StackSettings) -> dict[str, str]:
         "CDCPIPE_RELAY_PASSWORD_FILE": str(secret_file(settings, ROLE_SECRETS[RELAY_ROLE])),
         "CDCPIPE_WRITER_PASSWORD_FILE": str(secret_file(settings, ROLE_SECRETS[WRITER_ROLE])),
         "CDCPIPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        # A path, not the secret: the admin's client file (the other users' files are beside it).
+        # Paths, not the secrets. The admin's client file is for the CLI's topic and ACL commands and kcat; the
+        # jobs and the relay each read Kafka as their own user, whose ACLs say what they may do.
         "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(settings, kafka_security.ADMIN)),
+        "CDCPIPE_JOBS_KAFKA_CONFIG": str(kafka_security.client_file(settings, "jobs")),
+        "CDCPIPE_RELAY_KAFKA_CONFIG": str(kafka_security.client_file(settings, "relay")),
         "CDCPIPE_CONNECT_URL": settings.connect_url,
         "CDCPIPE_CONNECT_USER": REST_USER,
         "CDCPIPE_CONNECT_PASSWORD_FILE": str(secret_file(settings, "connect_rest_password")),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, ClassVar
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
-from ground.kafka_client import KafkaSettings
+from ground.kafka_client import KafkaSettings, with_own_client_file
 from ground.settings import DEFAULT_PG_DSN, StageSettings, split_list
 
 TOPIC_PLACEHOLDER = "{aggregatetype}"
@@ -29,6 +30,11 @@ class RelaySettings(StageSettings):
         "`cdcpipe stack env` sets it to the stack's cdcpipe_relay",
     )
     kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
+    relay_kafka_config: Path | None = Field(
+        None,
+        description="the relay's own Kafka client file: when set, the relay publishes with it whatever "
+        "CDCPIPE_KAFKA_CONFIG says (`stack env` names the stack's relay user's)",
+    )
     topic_pattern: str = Field(
         "outbox.event.{aggregatetype}",
         description="topic of an event; {aggregatetype} is replaced (Debezium EventRouter's default)",
@@ -53,6 +59,11 @@ class RelaySettings(StageSettings):
     def dsn(self) -> str:
         """The connection string the relay uses: its own role's if set, else the shared one."""
         return (self.relay_pg_dsn or self.pg_dsn).get_secret_value()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _relay_own_kafka_file(cls, data: Any) -> Any:
+        return with_own_client_file(data, "relay_kafka_config")
 
     @field_validator("allowed_aggregate_types", mode="before")
     @classmethod

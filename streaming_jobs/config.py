@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from ground.home import default_home
-from ground.kafka_client import KafkaSettings
+from ground.kafka_client import KafkaSettings, with_own_client_file
 from ground.settings import StageSettings, revealed, split_list
 from streaming_jobs.lake.paths import LakePath, check_lake
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
@@ -86,6 +86,17 @@ class JobsSettings(StageSettings):
     )
     spark_ui: bool = Field(False, description="serve the Spark UI on 127.0.0.1:4040")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings.load, description="the cluster ([kafka])")
+    jobs_kafka_config: Path | None = Field(
+        None,
+        description="the jobs' own Kafka client file: when set, jobs read Kafka with it whatever "
+        "CDCPIPE_KAFKA_CONFIG says (`stack env` names the stack's jobs user's; its admin file is for the CLI's "
+        "topic and ACL commands)",
+    )
+    allow_kafka_superuser: bool = Field(
+        False,
+        description="let a job start with Kafka credentials that may alter the cluster (a super user's): they "
+        "would reach its executors, where projections run. Off: such a job is refused, naming the fix",
+    )
     jobs_dirs: Annotated[tuple[Path, ...], NoDecode] = Field(
         (),
         description="folders of job files (colon-separated), yours: cdcpipe ships none (the demo's: examples/jobs)",
@@ -128,6 +139,11 @@ class JobsSettings(StageSettings):
         description="local folder of the jobs this machine started: their pid files and logs",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _jobs_own_kafka_file(cls, data: Any) -> Any:
+        return with_own_client_file(data, "jobs_kafka_config")
+
     @field_validator("jobs_dirs", mode="before")
     @classmethod
     def _colon_separated(cls, value: object) -> object:
@@ -142,6 +158,8 @@ class JobsSettings(StageSettings):
     def environment(self) -> dict[str, str]:
         """The lake, its store, its leases and the Kafka client as variables: a child process reads what this one read."""
         env = {"CDCPIPE_LAKE": self.lake, **self.object_store.environment(), **self.kafka.environment()}
+        if self.allow_kafka_superuser:
+            env["CDCPIPE_ALLOW_KAFKA_SUPERUSER"] = "true"
         if self.lease_pg_dsn:
             env["CDCPIPE_LEASE_PG_DSN"] = self.lease_pg_dsn.get_secret_value()
         env["CDCPIPE_LEASE_WAIT_S"] = str(self.lease_wait_s)

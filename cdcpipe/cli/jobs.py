@@ -30,6 +30,19 @@ REDUCE = typer.Option(
     "--no-reduce has Spark read every record",
 )
 SPEC_HELP = "earliest, latest, an ISO 8601 time with a zone, or topic:partition:offset,..."
+# Options submit, backfill and replay share: what a job may read Kafka as.
+ALLOW_SUPERUSER = typer.Option(
+    False,
+    "--allow-superuser",
+    help="start even with Kafka credentials that may alter the cluster (CDCPIPE_ALLOW_KAFKA_SUPERUSER): "
+    "they reach the executors, where projections run",
+)
+
+
+def _settings(allow_superuser: bool) -> JobsSettings:
+    return JobsSettings.load(**({"allow_kafka_superuser": True} if allow_superuser else {}))
+
+
 # Options backfill, replay, rewind and accept-topics share: one table of a table group.
 TABLE = typer.Option(
     None, "--table", help="of a table group: the table (schema.name) whose job to work on; the others go on"
@@ -41,12 +54,13 @@ def jobs_submit(
     name: str,
     master: str | None = typer.Option(None, help="local[N] or spark://HOST:PORT (default CDCPIPE_SPARK_MASTER)"),
     trigger: str | None = typer.Option(None, help="1s, 500ms, 5min or available-now (default: the job's)"),
+    allow_superuser: bool = ALLOW_SUPERUSER,
 ) -> None:
     """Start a job in the background, tracked by pid (its pid file and log: CDCPIPE_RUN_DIR/NAME.pid, NAME.log)."""
     from streaming_jobs.jobs.spec import find as find_job
     from streaming_jobs.run import control as job_control
 
-    settings = JobsSettings.load()
+    settings = _settings(allow_superuser)
     pid = job_control.submit(settings, name, master=master, trigger=trigger)
     spec = find_job(name, list(settings.jobs_dirs))
     typer.echo(f"{name}: started (pid {pid}) from {spec.file}; `cdcpipe jobs status {name}` shows its progress")
@@ -182,12 +196,13 @@ def backfill_command(
     chunk_size: int = CHUNK_SIZE,
     reduce: bool = REDUCE,
     table: str | None = TABLE,
+    allow_superuser: bool = ALLOW_SUPERUSER,
 ) -> None:
     """Apply a range of the job's topics to its tables with the job's own logic (safe beside the stream)."""
     from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands, positions
 
-    settings = JobsSettings.load()
+    settings = _settings(allow_superuser)
     spec = one_job(job, list(settings.jobs_dirs), table)
     job = spec.name
     outcome = commands.backfill(
@@ -210,12 +225,13 @@ def replay_command(
     chunk_size: int = CHUNK_SIZE,
     reduce: bool = REDUCE,
     table: str | None = TABLE,
+    allow_superuser: bool = ALLOW_SUPERUSER,
 ) -> None:
     """Rebuild the job's tables from the earliest retained offsets into a new location (and --swap to it)."""
     from streaming_jobs.jobs.spec import one_job
     from streaming_jobs.ranges import commands
 
-    settings = JobsSettings.load()
+    settings = _settings(allow_superuser)
     spec = one_job(job, list(settings.jobs_dirs), table)
     job = spec.name
     done = commands.replay(settings, spec, into=into, swap=swap, chunk_size=chunk_size, reduce=reduce)

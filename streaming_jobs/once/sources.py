@@ -6,6 +6,9 @@ topic deleted and created again numbers its records from 0 under a new id: witho
 would pass for applied ones and be dropped silently. Partitions added to a topic move keys to other
 partitions, so a key's events before and after may be applied out of order. Both are refused until the
 user says how to go on (`cdcpipe jobs accept-topics`, or a replay).
+
+A job's Kafka credentials reach its executors, where a user's projection runs: a job refuses credentials that may
+alter the cluster (a super user's) unless told otherwise, so the per-principal ACLs protect what they say.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient  # type: ignore[attr-defined]
 
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.errors import MissingTopicsError, StreamingError, TopicChangedError
@@ -55,6 +58,31 @@ def missing(settings: JobsSettings, spec: JobSpec) -> list[str]:
     except MissingTopicsError as exc:
         return exc.topics
     return []
+
+
+def check_principal(settings: JobsSettings, job: str) -> str:
+    """The job's Kafka principal, refused if it may alter the cluster (a super user, or ALTER on the cluster)."""
+    user = f"User:{settings.kafka.kafka_sasl_username}" if settings.kafka.kafka_sasl_username else "its principal"
+    if settings.allow_kafka_superuser:
+        return f"{user} (not checked: CDCPIPE_ALLOW_KAFKA_SUPERUSER)"
+    admin = AdminClient(settings.kafka.client_config())
+    try:
+        cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=15).result()
+    except KafkaException as exc:
+        raise StreamingError(
+            f"job {job}: cannot describe the Kafka cluster ({exc.args[0].str()}); check CDCPIPE_KAFKA_BOOTSTRAP and "
+            "that the broker is up"
+        ) from exc
+    if AclOperation.ALTER in (cluster.authorized_operations or ()):
+        source = settings.jobs_kafka_config or settings.kafka.kafka_config or "the CDCPIPE_KAFKA_* variables"
+        raise StreamingError(
+            f"job {job}: its Kafka principal ({user}, from {source}) may alter the cluster (a super user, or ALTER "
+            "on the cluster): a job's credentials reach its executors, where projections run, and would bypass "
+            "every ACL. Nothing was started. Give the jobs their own principal: CDCPIPE_JOBS_KAFKA_CONFIG=<its "
+            "client file> (`cdcpipe stack env` names the stack's jobs user's). To run with these credentials "
+            "anyway, knowingly: --allow-superuser (CDCPIPE_ALLOW_KAFKA_SUPERUSER=true)"
+        )
+    return f"{user} (may not alter the cluster)"
 
 
 def check_topics(settings: JobsSettings, spec: JobSpec, table: LakePath) -> dict[str, TopicIdentity]:

@@ -155,6 +155,7 @@ def apply_range(
 
     `reduce` (latest-state jobs only) reduces the range outside Spark first; False reads it all with Spark.
     """
+    sources.check_principal(settings, spec.name)
     topics = sources.check_topics(settings, spec, where.table)
     if reduce and spec.kind == "latest_state":
         return _apply_reduced(spark, settings, spec, where, span, purpose, chunk_size, progress, topics)

@@ -49,6 +49,7 @@ def submit(settings: JobsSettings, name: str, *, master: str | None, trigger: st
     process = tracked(settings, spec.name)
     if process.pid() is not None:
         raise StreamingError(f"job {name} is already running (pid {process.pid()}); `cdcpipe jobs stop {name}` first")
+    sources.check_principal(settings, spec.name)  # refused here, not in a driver's log
     sources.check_topics(settings, spec, locations.current(spec, settings.lake_root()).table)
     command = [sys.executable, "-m", "streaming_jobs.run.runner", spec.name]
     for folder in settings.jobs_dirs:

@@ -36,6 +36,7 @@ from streaming_jobs.errors import KafkaUnreachableError, StreamingError
 from streaming_jobs.jobs import locations
 from streaming_jobs.jobs.spec import GROUP, JobSpec, load_file
 from streaming_jobs.offsets import KafkaPositions, Offsets, Partition
+from streaming_jobs.once import sources
 from streaming_jobs.once.checkpoints import committed_offsets, write_progress
 from streaming_jobs.run import cluster, query
 from streaming_jobs.run.control import members_file, set_aside
@@ -54,6 +55,7 @@ def run_group(spec: JobSpec, settings: JobsSettings, *, trigger: str | None, sto
     """Run the group's members in turns until `stop` is set (or, available-now, until each has read its backlog)."""
     chosen = trigger or spec.trigger
     metrics = GroupMetrics(spec)  # one server for every table's metrics, and which are parked
+    print(f"group {spec.name}: reads Kafka as {sources.check_principal(settings, spec.name)}", flush=True)
     aside = set_aside(settings, spec.name)  # a table being replayed or rewound while the group restarts
     members = _prepared([m for m in spec.member_jobs() if m.name not in aside], settings, metrics)
     if not members:

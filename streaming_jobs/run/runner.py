@@ -24,6 +24,7 @@ from ground.errors import CdcpipeError
 from streaming_jobs.classify.contracts import checked_registry
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.jobs.spec import GROUP, JobSpec, find
+from streaming_jobs.once import sources
 from streaming_jobs.run import cluster, control, group, query
 from streaming_jobs.run.query import one_line
 from streaming_jobs.spark_session import build_spark_session
@@ -39,6 +40,7 @@ def run(
     if spec.kind == GROUP:
         group.run_group(spec, settings, trigger=trigger, stop=stop)
         return
+    print(f"job {spec.name}: reads Kafka as {sources.check_principal(settings, spec.name)}", flush=True)
     prepared = query.prepare(spec, settings)
     spark = build_spark_session(settings, app_name=cluster.application_name(spec.name))
     job = query.JobQuery(prepared, settings, spark, checked_registry(spark), trigger)

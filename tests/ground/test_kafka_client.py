@@ -11,6 +11,7 @@ from ground import kafka_client
 from ground.errors import ConfigError
 from ground.kafka_client import KafkaSettings, read_properties, report_error, write_properties
 from outbox_relay.config import RelaySettings
+from streaming_jobs.config import JobsSettings
 
 SECURED = {
     "bootstrap.servers": "broker:9093",
@@ -34,7 +35,9 @@ def client_file(tmp_path: Path) -> Path:
 def _no_kafka_settings_from_this_shell(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(KafkaSettings.model_fields):
         monkeypatch.delenv(f"CDCPIPE_{name.upper()}", raising=False)
-    monkeypatch.delenv("CDCPIPE_CONFIG", raising=False)
+    for name in ("CDCPIPE_CONFIG", "CDCPIPE_JOBS_KAFKA_CONFIG", "CDCPIPE_RELAY_KAFKA_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("CDCPIPE_ALLOW_KAFKA_SUPERUSER", raising=False)
     monkeypatch.chdir("/")
 
 
@@ -160,3 +163,29 @@ def test_names_are_taken_in_any_case_as_librdkafka_takes_them(tmp_path: Path) ->
     )
     settings = KafkaSettings.from_file(path)
     assert (settings.kafka_security_protocol, settings.kafka_sasl_mechanism) == ("SASL_PLAINTEXT", "SCRAM-SHA-256")
+
+
+@pytest.mark.parametrize(("settings", "variable"), [(RelaySettings, "RELAY"), (JobsSettings, "JOBS")])
+def test_a_components_own_file_wins_over_the_shells_admin_file(
+    settings: type[RelaySettings | JobsSettings], variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What `stack env` exports: the admin's file for the CLI, each component's own beside it.
+    files = {}
+    for user in ("admin", variable.lower()):
+        files[user] = tmp_path / f"{user}.properties"
+        write_properties(files[user], {**SECURED, "sasl.username": user})
+    monkeypatch.setenv("CDCPIPE_KAFKA_CONFIG", str(files["admin"]))
+    assert settings.load().kafka.kafka_sasl_username == "admin"
+    monkeypatch.setenv(f"CDCPIPE_{variable}_KAFKA_CONFIG", str(files[variable.lower()]))
+    assert settings.load().kafka.kafka_sasl_username == variable.lower()
+    # A variable given explicitly still wins over either file.
+    monkeypatch.setenv("CDCPIPE_KAFKA_SASL_USERNAME", "someone")
+    assert settings.load().kafka.kafka_sasl_username == "someone"
+
+
+def test_a_job_started_with_superuser_leave_passes_it_to_its_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "CDCPIPE_ALLOW_KAFKA_SUPERUSER" not in JobsSettings.load().environment()
+    allowed = JobsSettings.load(allow_kafka_superuser=True)
+    assert allowed.environment()["CDCPIPE_ALLOW_KAFKA_SUPERUSER"] == "true"
+    monkeypatch.setenv("CDCPIPE_ALLOW_KAFKA_SUPERUSER", "true")
+    assert JobsSettings.load().allow_kafka_superuser

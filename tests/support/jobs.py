@@ -35,12 +35,11 @@ class Job:
     env: dict[str, str] = field(default_factory=dict)
 
     def environment(self) -> dict[str, str]:
-        """What the job's runs and its `cdcpipe jobs` commands see: its lake, its folder, the jobs' own Kafka user."""
+        """What the job's runs and its `cdcpipe jobs` commands see: `stack env`'s (Kafka as the jobs' user), its lake."""
         return {
             **self.stack.process_env(),
             "CDCPIPE_LAKE": self.lake,
             "CDCPIPE_JOBS_DIRS": str(self.folder),
-            "CDCPIPE_KAFKA_CONFIG": str(self.stack.kafka_file("jobs")),  # the jobs' own user and ACLs
             **self.env,
         }
 
@@ -180,7 +179,6 @@ def job_env(
         "CDCPIPE_JOBS_DIRS": str(folder),
         "CDCPIPE_LAKE": lake or str(tmp_path / "lake"),
         "CDCPIPE_RUN_DIR": str(tmp_path / "run"),  # the submitted jobs' pid files and logs
-        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),  # the jobs' own user and ACLs
     }
     return name, env
 

@@ -61,8 +61,6 @@ class Outbox:
                 "CDCPIPE_METRICS_PORT": "0",
                 "CDCPIPE_STANDBY_RETRY_S": "0.5",
                 "CDCPIPE_BACKOFF_MAX_S": "2",
-                # As deployed: the relay authenticates as its own Kafka user, with only its own ACLs.
-                "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("relay")),
             }
         )
         env.update(overrides)

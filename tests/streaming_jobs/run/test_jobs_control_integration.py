@@ -30,7 +30,17 @@ def rows(tmp_path: Path) -> list[dict[str, object]]:
 
 
 def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: Path) -> None:
+    # The README's shell: `stack env` points CDCPIPE_KAFKA_CONFIG at the admin's file, and the jobs at their own.
     name, env = job_env(stack, tmp_path, "latest_state", topic)
+    assert Path(env["CDCPIPE_KAFKA_CONFIG"]) == stack.kafka_file("admin")
+    # Given the super user's credentials, the broker says they may alter the cluster: refused before any start.
+    refused = cdcpipe("jobs", "submit", name, env={**env, "CDCPIPE_JOBS_KAFKA_CONFIG": env["CDCPIPE_KAFKA_CONFIG"]})
+    assert refused.returncode == 2
+    assert "User:admin" in refused.stderr
+    assert "may alter the cluster" in refused.stderr
+    assert "CDCPIPE_JOBS_KAFKA_CONFIG" in refused.stderr
+    assert "--allow-superuser" in refused.stderr
+    assert not (tmp_path / "run" / f"{name}.pid").exists(), "nothing was started"
     submitted = cdcpipe("jobs", "submit", name, env=env)
     assert submitted.returncode == 0, submitted.stderr
     try:
@@ -49,6 +59,9 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         report = status(name, env)
         assert report["running"] is True
         assert isinstance(report["last_batch_id"], int)
+        # What the broker said of the job's own principal at its start.
+        log = (tmp_path / "run" / f"{name}.log").read_text()
+        assert "reads Kafka as User:jobs (may not alter the cluster)" in log, log[-2000:]
         assert report["lag"] == [
             {"topic": topic, "partition": 0, "checkpoint_offset": 20, "latest_offset": 20, "lag": 0}
         ]

@@ -39,7 +39,6 @@ def test_offsets_lost_to_retention_stop_the_job_with_the_offsets_named(
         **stack.process_env(),
         "CDCPIPE_LAKE": str(job.lake),
         "CDCPIPE_JOBS_DIRS": str(job.folder),
-        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),
     }
     rebuilt = jobs_command("jobs", "replay", job.name, "--into", "rebuilt", "--swap", env=env)
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr

@@ -116,7 +116,6 @@ def source(stack: Stack, outbox: Outbox, tmp_path: Path, request: pytest.Fixture
         "CDCPIPE_TABLE_CONTRACT_DIRS": str(contracts),
         "CDCPIPE_JOBS_DIRS": str(tmp_path / "jobs"),
         "CDCPIPE_RUN_DIR": str(tmp_path / "run"),
-        "CDCPIPE_KAFKA_CONFIG": str(stack.kafka_file("jobs")),
         "CDCPIPE_LAKE": stack.s3_lake(),
     }
     imported = cdcpipe("schema", "tables", "import", table, env=env)
