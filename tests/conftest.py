@@ -15,4 +15,5 @@ pytest_plugins = [
     "tests.support.connectors",
     "tests.support.jobs",
     "tests.support.bench",
+    "tests.support.timeline",
 ]

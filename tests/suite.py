@@ -5,7 +5,7 @@
 1. Starts the stack (Spark cluster included) unless `CDCPIPE_KAFKA_BOOTSTRAP` says one is given, and hands it
    to pytest through the variables `stack env` prints. A stack started here is marked ours
    (`CDCPIPE_TEST_STACK_OWNED`), so the tests that stop and crash services may.
-2. Every test but those that restart the stack, in `--workers` processes (pytest-xdist, work stealing): most
+2. Every test but those that restart the stack, in `--workers` processes (pytest-xdist, the longest first): most
    of an integration test is waiting (a JVM starting, a connector snapshotting, a micro-batch trigger), and
    the tests share nothing but the stack (each has its own topics, schemas, tables and job names).
 3. The `stack_lifecycle` tests, alone and last: no other test may see the stack go down.
@@ -18,9 +18,13 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from tests.support.stack import OWNED_VARIABLE, cdcpipe, parse_exports
+from tests.support.timeline import VARIABLE as TIMELINE
+from tests.support.timeline import summary
 
 
 def main() -> int:
@@ -48,10 +52,17 @@ def main() -> int:
     env.setdefault("CDCPIPE_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     try:
         pytest = [sys.executable, "-m", "pytest"]
-        parallel = ["-n", str(args.workers), "--dist", "worksteal"] if args.workers > 1 else []
+        # The longest first (tests.support.timeline sorts them), each to whichever worker is free; a module marked
+        # `xdist_group` goes to one worker whole.
+        parallel = (
+            ["-n", str(args.workers), "--dist", "loadgroup", "--no-loadscope-reorder"] if args.workers > 1 else []
+        )
+        timeline = Path(tempfile.mkstemp(prefix="cdcpipe-test-timeline-", suffix=".jsonl")[1])
+        env[TIMELINE] = str(timeline)
         began = time.monotonic()
         first = subprocess.run([*pytest, *parallel, "-m", "not stack_lifecycle", *pytest_args], env=env, check=False)
         middle = time.monotonic()
+        print(summary(timeline))
         second = subprocess.run([*pytest, "-m", "stack_lifecycle", *pytest_args], env=env, check=False)
         print(
             f"suite: {middle - began:.0f}s for the tests in parallel, {time.monotonic() - middle:.0f}s for those "

@@ -30,6 +30,8 @@ from tests.support.stack import Stack
 
 pytestmark = [
     pytest.mark.integration,
+    # One worker for the module: its tests share a Spark session (the scheduler keeps a group together).
+    pytest.mark.xdist_group("contract_agreement"),
     # PySpark leaves the local sockets it reads results from for the garbage collector to close.
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
