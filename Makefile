@@ -96,6 +96,7 @@ bench: install
 	$(PY) bench/snapshot_bench.py
 	$(PY) bench/table_read_bench.py
 	$(PY) bench/merge_bench.py
+	$(PY) bench/upkeep_bench.py
 	$(CDCPIPE) stack down
 	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(CDCPIPE) stack up
 	CDCPIPE_KAFKA_PLAINTEXT_PORT=9094 $(PY) bench/tls_bench.py

@@ -28,16 +28,15 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
-from capture.config import CaptureSettings
-from capture.files import connector_grants
 from ground.kafka_client import KafkaSettings
 from infra.config import StackSettings
 from infra.stack import env_values
 from schemas import outbox as schema_outbox
 from schemas import topics
 from schemas.config import OutboxNames, SchemaSettings
-from schemas.topics import TopicSpec
+from schemas.topics import PrefixGrant, TopicSpec
 from streaming_jobs.lake.paths import LakePath
+from streaming_jobs.once.checkpoints import PROGRESS_FILE
 
 # A smoke run (tests/bench) writes elsewhere: the figures here are the ones the docs quote.
 BENCH = Path(__file__).resolve().parent
@@ -370,17 +369,26 @@ def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int)
     topics.apply(kafka.client_config(), specs)
 
 
-def grant_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
-    """Let Connect create and write the topics a connector with `topic.prefix` = `prefix` names itself.
+def connector_grants(prefix: str) -> list[PrefixGrant]:
+    """A bench's connector writes topics Connect creates (a bench declares none): grants on its two prefixes.
 
-    Its tables' and its heartbeats', as `tables add` grants them (capture.files.connector_grants).
+    `tables add` declares each topic instead (capture.files.connector_topics); a bench's tables come and go.
     """
-    topics.apply(kafka.client_config(), [], connector_grants(CaptureSettings.load(), prefix))
+    connect = ("User:connect",)
+    return [
+        PrefixGrant(f"{prefix}.", connect, ("User:jobs",), connect),
+        PrefixGrant(f"__debezium-heartbeat.{prefix}", connect, (), connect),
+    ]
+
+
+def grant_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
+    """Let Connect create and write the topics a connector with `topic.prefix` = `prefix` names itself."""
+    topics.apply(kafka.client_config(), [], connector_grants(prefix))
 
 
 def delete_connector_topics(kafka: KafkaSettings, prefix: str) -> None:
     """The topics Connect made under a connector's prefixes (`grant_connector_topics`), deleted."""
-    own = tuple(g.prefix for g in connector_grants(CaptureSettings.load(), prefix))
+    own = tuple(g.prefix for g in connector_grants(prefix))
     admin = AdminClient(kafka.client_config())
     made = [t for t in admin.list_topics(timeout=10).topics if t.startswith(own)]
     for future in admin.delete_topics(made).values() if made else []:
@@ -421,10 +429,10 @@ def create_topic(env: dict[str, str], topic: str) -> None:
     create_bench_topics(env_kafka(env), [topic], PARTITIONS)
 
 
-def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000) -> None:
-    """`events` 1 KB AccountOpened events in the outbox wire format, over `keys` accounts."""
+def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000, pad: int = 900) -> None:
+    """`events` AccountOpened events in the outbox wire format (1 KB with `pad` 900), over `keys` accounts."""
     producer = Producer(env_kafka(env).client_config(**{"linger.ms": 20}))
-    value = json.dumps({"account_id": "x", "owner": PAD[:900], "currency": "EUR"}).encode()
+    value = json.dumps({"account_id": "x", "owner": PAD[:pad], "currency": "EUR"}).encode()
     for k in range(events):
         headers: list[tuple[str, str | bytes | None]] = [
             ("id", str(uuid.uuid4()).encode()),
@@ -438,6 +446,22 @@ def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000)
             except BufferError:
                 producer.poll(0.05)
     producer.flush()
+
+
+def watch_batches(checkpoint: LakePath, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
+    """Collect each micro-batch's progress (rows, Spark's time per phase, the job's steps) as the job writes it."""
+    path = checkpoint / PROGRESS_FILE
+    while not done.wait(0.2):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        progress = record.get("progress") or {}
+        if "batchId" in progress:
+            batches.setdefault(int(progress["batchId"]), {}).update(progress)
+        steps = record.get("batch_steps") or {}
+        if "batch_id" in steps:
+            batches.setdefault(int(steps["batch_id"]), {})["steps"] = steps
 
 
 def cdcpipe(env: dict[str, str], *args: str) -> str:

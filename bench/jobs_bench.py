@@ -72,6 +72,7 @@ from common import (
     start_relay,
     table_load,
     wait_leader,
+    watch_batches,
 )
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -372,7 +373,7 @@ def _measure(
     start_ns = time.time_ns() + 1_000_000_000
     watching = threading.Event()
     batches: dict[int, dict[str, Any]] = {}
-    watcher = threading.Thread(target=_watch_batches, args=(checkpoint, batches, watching))
+    watcher = threading.Thread(target=watch_batches, args=(checkpoint, batches, watching))
     watcher.start()
     cpu_before, cpu_began = _cpu_ticks(), time.monotonic()
     try:
@@ -473,22 +474,6 @@ def _cpu_shares(
         shares[group] = shares.get(group, 0.0) + used
     hz = os.sysconf("SC_CLK_TCK")
     return {group: round(100 * used / hz / wall, 1) for group, used in sorted(shares.items(), key=lambda kv: -kv[1])}
-
-
-def _watch_batches(checkpoint: LakePath, batches: dict[int, dict[str, Any]], done: threading.Event) -> None:
-    """Collect each micro-batch's progress (rows, Spark's time per phase, the job's steps) as the job writes it."""
-    path = checkpoint / PROGRESS_FILE
-    while not done.wait(0.2):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        progress = record.get("progress") or {}
-        if "batchId" in progress:
-            batches.setdefault(int(progress["batchId"]), {}).update(progress)
-        steps = record.get("batch_steps") or {}
-        if "batch_id" in steps:
-            batches.setdefault(int(steps["batch_id"]), {})["steps"] = steps
 
 
 def _commit_times(table: LakePath) -> list[tuple[float, float]]:

@@ -232,16 +232,21 @@ def _topic_steps(settings: Settings, tables: list[str], prefix: str) -> list[Ste
         if topic not in by_name:
             writes.append(files.topic_file(folder, name, table, spec))
         specs.append(spec)
-    grants = files.uncovered(declared, files.connector_grants(settings.capture, prefix))
-    if grants:
-        writes.append(files.grants_file(folder, name, grants))
+    # The connector's own topics by name, so Connect needs no CREATE and no grant on a whole prefix.
+    notifications = connector.notifications_topic({"topic.prefix": prefix})
+    own_tables = [settings.heartbeat_table, settings.signal_table]
+    own = files.connector_topics(settings.capture, prefix, own_tables, notifications)
+    undeclared = [spec for spec in own if spec.name not in by_name]
+    if undeclared:
+        writes.append(files.connector_file(folder, name, undeclared))
+    specs += [by_name.get(spec.name) or spec for spec in own]
     kafka = settings.topics.kafka.client_config()
-    planned = topics.apply(kafka, specs, grants, dry_run=True)
+    planned = topics.apply(kafka, specs, [], dry_run=True)
     steps = [Step("topic", w.path.name, "write", f"in {folder}", write(w)) for w in writes]
     changing = [a for a in planned if a.action in ("created", "configured", "granted")]
 
     def apply() -> None:
-        topics.apply(kafka, specs, grants)
+        topics.apply(kafka, specs, [])
 
     for applied in planned:
         verb = {"created": "create", "configured": "configure", "granted": "grant"}.get(applied.action, applied.action)

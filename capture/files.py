@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capture.config import CaptureSettings
-from schemas.topics import Declared, PrefixGrant, TopicSpec
+from schemas.topics import TopicSpec
 from streaming_jobs.jobs.spec import table_job_name
 
 JOB_KINDS = {"mirror": "table_mirror", "history": "table_history"}
@@ -65,10 +65,36 @@ def topic_spec(capture: CaptureSettings, topic: str) -> TopicSpec:
 
 def topic_file(folder: Path, connector: str, table: str, spec: TopicSpec) -> File:
     """One captured table's topic, with the ACLs of the connector (writes) and the jobs (read)."""
-    config = "\n".join(f"{toml_string(k)} = {toml_string(v)}" for k, v in spec.config.items())
     text = f"""# Row changes of {one_line(table)}, written by the Debezium connector {connector} (`cdcpipe tables add`).
 # Keys are the rows' primary keys: one row, one partition, in commit order.
+{_topic_entry(spec)}"""
+    return File(folder / f"{spec.name}.toml", text)
 
+
+def connector_topics(
+    capture: CaptureSettings, prefix: str, own_tables: list[str], notifications: str
+) -> list[TopicSpec]:
+    """The topics the connector writes besides its tables', each by name: Connect writes them and creates none.
+
+    Its heartbeat topic, its snapshots' notifications, and the change events of its own heartbeat and signal
+    tables (`own_tables`). Nobody needs to read them but the CLI, whose principal administers the cluster.
+    """
+    names = [f"__debezium-heartbeat.{prefix}", notifications, *(topic_of(prefix, table) for table in own_tables)]
+    config = {"retention.ms": str(capture.capture_retention_ms), "cleanup.policy": "delete"}
+    return [TopicSpec(n, 1, -1, config=config, producers=(capture.capture_connect_principal,)) for n in names]
+
+
+def connector_file(folder: Path, connector: str, specs: list[TopicSpec]) -> File:
+    """The connector's own topics, in a topic file named after it."""
+    text = f"""# Topics the Debezium connector {connector} writes besides its tables' (`cdcpipe tables add`): its
+# heartbeat topic, its snapshots' notifications, and the change events of its heartbeat and signal tables.
+{"".join(_topic_entry(s) for s in specs)}"""
+    return File(folder / f"{connector}.toml", text)
+
+
+def _topic_entry(spec: TopicSpec) -> str:
+    config = "\n".join(f"{toml_string(k)} = {toml_string(v)}" for k, v in spec.config.items())
+    return f"""
 [[topic]]
 name = {toml_string(spec.name)}
 partitions = {spec.partitions}
@@ -79,53 +105,6 @@ consumers = {_list(spec.consumers)}
 [topic.config]
 {config}
 """
-    return File(folder / f"{spec.name}.toml", text)
-
-
-def connector_grants(capture: CaptureSettings, prefix: str) -> list[PrefixGrant]:
-    """What the connector writes besides the tables' topics, by prefix, which Connect creates.
-
-    Its heartbeat topic, and the change events of its own heartbeat and signal tables (`<prefix>.<schema>.*`).
-    """
-    connect, jobs = (capture.capture_connect_principal,), (capture.capture_jobs_principal,)
-    return [
-        PrefixGrant(f"{prefix}.", producers=connect, consumers=jobs, creators=connect),
-        PrefixGrant(f"__debezium-heartbeat.{prefix}", producers=connect, creators=connect),
-    ]
-
-
-def uncovered(declared: Declared, grants: list[PrefixGrant]) -> list[PrefixGrant]:
-    """The grants no declared prefix already gives (the same or a shorter prefix, with every principal)."""
-    missing = []
-    for grant in grants:
-        covered = any(
-            grant.prefix.startswith(have.prefix)
-            and set(grant.producers) <= set(have.producers)
-            and set(grant.consumers) <= set(have.consumers)
-            and set(grant.creators) <= set(have.creators)
-            for have in declared.prefixes
-        )
-        if not covered:
-            missing.append(grant)
-    return missing
-
-
-def grants_file(folder: Path, connector: str, grants: list[PrefixGrant]) -> File:
-    """The connector's own prefixes, in a topic file named after it."""
-    entries = "\n".join(
-        f"""
-[[prefix]]
-name = "{g.prefix}"
-producers = {_list(g.producers)}
-consumers = {_list(g.consumers)}
-creators = {_list(g.creators)}"""
-        for g in grants
-    )
-    text = f"""# Topics the Debezium connector {connector} names and creates itself (`cdcpipe tables add`): its
-# heartbeat topic, and the change events of its heartbeat and signal tables.
-{entries}
-"""
-    return File(folder / f"{connector}.toml", text)
 
 
 def job_name(table: str, what: str) -> str:

@@ -79,6 +79,10 @@ class Settings:
     def signal_table(self) -> str:
         return f"{self.names.outbox_schema}.{self.schema.signal_table}"
 
+    @property
+    def heartbeat_table(self) -> str:
+        return f"{self.names.outbox_schema}.{self.schema.heartbeat_table}"
+
 
 @contextmanager
 def opened(settings: Settings) -> Iterator[tuple[psycopg.Connection[Any], ConnectClient]]:

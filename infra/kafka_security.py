@@ -17,7 +17,6 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -42,8 +41,6 @@ SCRAM_ITERATIONS = 8192
 # Consumer groups the jobs use (Spark's Kafka source, the reduce workers) all start with this
 # (streaming_jobs.config.CONSUMER_GROUP_PREFIX); no other component's group does.
 JOBS_GROUP_PREFIX = "cdcpipe-jobs-"
-# What the jobs were granted before: it also matched Connect's group, so `ensure_users_and_acls` revokes it.
-_LEGACY_JOBS_GROUP_PREFIX = "cdcpipe-"
 CONNECT_GROUP = "cdcpipe-connect"
 CONNECT_INTERNAL_TOPIC_PREFIX = "_cdcpipe-connect-"
 
@@ -99,16 +96,6 @@ def ensure_users_and_acls(settings: StackSettings) -> None:
     ]
     _wait_all(admin.alter_user_scram_credentials(upserts, request_timeout=30), "creating the SCRAM users")
     _wait_all(admin.create_acls(base_acls(), request_timeout=30), "granting the components' ACLs")
-    legacy = AclBindingFilter(
-        ResourceType.GROUP,
-        _LEGACY_JOBS_GROUP_PREFIX,
-        ResourcePatternType.PREFIXED,
-        "User:jobs",
-        None,  # type: ignore[arg-type]  # any host: librdkafka's filter takes None, the stub says str
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    _wait_all(admin.delete_acls([legacy], request_timeout=30), "revoking the jobs' former group grant")
 
 
 def base_acls() -> list[AclBinding]:

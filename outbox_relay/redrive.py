@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from outbox_relay.errors import RedriveError
+from outbox_relay.sql import dead_letters_sql, lock_outbox_sql, redrive_sql
 from schemas.config import OutboxNames
 
 
@@ -55,36 +55,15 @@ def redrive(
 
     `reason` matches a part of the recorded reason (case-insensitive); `aggregate_type` exactly.
     """
-    outbox = sql.Identifier(names.outbox_schema, names.outbox_table)
-    dead = sql.Identifier(names.outbox_schema, names.dead_letter_table)
-    where = sql.SQL(" AND ").join(
-        [
-            sql.SQL("true"),
-            *([sql.SQL("strpos(lower(reason), lower({})) > 0").format(sql.Literal(reason))] if reason else []),
-            *([sql.SQL("aggregatetype = {}").format(sql.Literal(aggregate_type))] if aggregate_type else []),
-        ]
-    )
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(outbox))
-            rows = conn.execute(
-                sql.SQL(
-                    "SELECT seq, id::text, aggregatetype, aggregateid, reason, overtaken FROM {} WHERE {} ORDER BY seq"
-                ).format(dead, where)
-            ).fetchall()
+            conn.execute(lock_outbox_sql(names))
+            rows = conn.execute(dead_letters_sql(names, reason, aggregate_type)).fetchall()
             chosen = [r for r in rows if allow_reorder or not r[5]]
             left = [_ref(r) for r in rows if not (allow_reorder or not r[5])]
             if chosen and not dry_run:
                 seqs = [r[0] for r in chosen]
-                moved = conn.execute(
-                    sql.SQL(
-                        "WITH back AS (DELETE FROM {dead} WHERE seq = ANY(%s) "
-                        "RETURNING seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at) "
-                        "INSERT INTO {outbox} (seq, id, aggregatetype, aggregateid, type, type_version, payload, "
-                        "created_at) SELECT * FROM back ORDER BY seq RETURNING seq"
-                    ).format(dead=dead, outbox=outbox),
-                    (seqs,),
-                ).fetchall()
+                moved = conn.execute(redrive_sql(names), (seqs,)).fetchall()
                 kept = {r[0] for r in moved}
                 if kept != set(seqs):
                     raise RedriveError(

@@ -1,4 +1,7 @@
-"""The relay's SQL: taking a batch (one statement, one round trip), dead letters, its status row, the backlog."""
+"""The relay's SQL: taking a batch (one round trip), dead letters, their redrive, its status row, the backlog.
+
+The leader lock's is in outbox_relay.leader, beside the one rule it serves.
+"""
 
 from __future__ import annotations
 
@@ -212,3 +215,58 @@ def write_status_sql(names: OutboxNames) -> sql.Composed:
         "stalled_topic = EXCLUDED.stalled_topic, stalled_reason = EXCLUDED.stalled_reason, "
         "stalled_since = EXCLUDED.stalled_since, stalls = EXCLUDED.stalls, updated_at = now()"
     ).format(sql.Identifier(names.outbox_schema, names.relay_status_table))
+
+
+def status_row_sql(names: OutboxNames) -> sql.Composed:
+    """The relay's status row: the topic it is stalled on, why, since when, and every stall."""
+    return sql.SQL("SELECT stalled_topic, stalled_reason, stalled_since, stalls FROM {}").format(
+        sql.Identifier(names.outbox_schema, names.relay_status_table)
+    )
+
+
+def dead_count_sql(names: OutboxNames) -> sql.Composed:
+    """How many dead letters, and how many of them a later event of their aggregate overtook."""
+    return sql.SQL("SELECT count(*), count(*) FILTER (WHERE overtaken) FROM {}").format(
+        sql.Identifier(names.outbox_schema, names.dead_letter_table)
+    )
+
+
+def waiting_of_types_sql(names: OutboxNames) -> sql.Composed:
+    """How many outbox rows of the aggregate types %s (an array) wait."""
+    return sql.SQL("SELECT count(*) FROM {} WHERE aggregatetype = ANY(%s)").format(
+        sql.Identifier(names.outbox_schema, names.outbox_table)
+    )
+
+
+def lock_outbox_sql(names: OutboxNames) -> sql.Composed:
+    """Keep the relay from taking or adding rows while dead letters go back (it waits; writers wait too)."""
+    return sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(
+        sql.Identifier(names.outbox_schema, names.outbox_table)
+    )
+
+
+def dead_letters_sql(names: OutboxNames, reason: str | None, aggregate_type: str | None) -> sql.Composed:
+    """The dead letters whose reason holds `reason` (any case) and of `aggregate_type`, if given, by seq."""
+    where = sql.SQL(" AND ").join(
+        [
+            sql.SQL("true"),
+            *([sql.SQL("strpos(lower(reason), lower({})) > 0").format(sql.Literal(reason))] if reason else []),
+            *([sql.SQL("aggregatetype = {}").format(sql.Literal(aggregate_type))] if aggregate_type else []),
+        ]
+    )
+    return sql.SQL(
+        "SELECT seq, id::text, aggregatetype, aggregateid, reason, overtaken FROM {} WHERE {} ORDER BY seq"
+    ).format(sql.Identifier(names.outbox_schema, names.dead_letter_table), where)
+
+
+def redrive_sql(names: OutboxNames) -> sql.Composed:
+    """Move the dead letters of seq = ANY(%s) back into the outbox, each under its seq; returns the seqs kept."""
+    return sql.SQL(
+        "WITH back AS (DELETE FROM {dead} WHERE seq = ANY(%s) "
+        "RETURNING seq, id, aggregatetype, aggregateid, type, type_version, payload, created_at) "
+        "INSERT INTO {outbox} (seq, id, aggregatetype, aggregateid, type, type_version, payload, "
+        "created_at) SELECT * FROM back ORDER BY seq RETURNING seq"
+    ).format(
+        dead=sql.Identifier(names.outbox_schema, names.dead_letter_table),
+        outbox=sql.Identifier(names.outbox_schema, names.outbox_table),
+    )

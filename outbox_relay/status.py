@@ -9,11 +9,10 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from outbox_relay.errors import RelayError
 from outbox_relay.leader import holder
-from outbox_relay.sql import backlog_sql, read_backlog_row
+from outbox_relay.sql import backlog_sql, dead_count_sql, read_backlog_row, status_row_sql, waiting_of_types_sql
 from schemas.config import OutboxNames
 
 
@@ -71,18 +70,10 @@ def status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
 
 def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
     leader = holder(conn, names)
-    stall = conn.execute(
-        sql.SQL("SELECT stalled_topic, stalled_reason, stalled_since, stalls FROM {}").format(
-            sql.Identifier(names.outbox_schema, names.relay_status_table)
-        )
-    ).fetchone()
+    stall = conn.execute(status_row_sql(names)).fetchone()
     stalls = [_topic_stall(conn, names, s) for s in (stall[3] if stall and stall[3] else [])]
     waiting, age = read_backlog_row(conn.execute(backlog_sql(names)).fetchone())  # the relay's own gauge
-    dead = conn.execute(
-        sql.SQL("SELECT count(*), count(*) FILTER (WHERE overtaken) FROM {}").format(
-            sql.Identifier(names.outbox_schema, names.dead_letter_table)
-        )
-    ).fetchone()
+    dead = conn.execute(dead_count_sql(names)).fetchone()
     assert dead is not None  # noqa: S101 - an aggregate always returns a row
     return RelayStatus(
         leader=leader.said() if leader else None,
@@ -101,12 +92,7 @@ def _status(conn: psycopg.Connection[Any], names: OutboxNames) -> RelayStatus:
 def _topic_stall(conn: psycopg.Connection[Any], names: OutboxNames, stall: dict[str, Any]) -> TopicStall:
     """A stall of the status row, with how many events of its aggregate types wait in the outbox."""
     types = [str(t) for t in stall.get("aggregate_types", [])]
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE aggregatetype = ANY(%s)").format(
-            sql.Identifier(names.outbox_schema, names.outbox_table)
-        ),
-        (types,),
-    ).fetchone()
+    row = conn.execute(waiting_of_types_sql(names), (types,)).fetchone()
     return TopicStall(
         topic=str(stall["topic"]),
         reason=str(stall["reason"]),

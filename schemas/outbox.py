@@ -105,19 +105,16 @@ def statements(names: OutboxNames, settings: SchemaSettings) -> list[sql.Compose
                 overtaken boolean NOT NULL DEFAULT false
             )"""
         ).format(dead=dead),
-        # Outboxes made before the column: true once a later event of the aggregate was published.
-        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS overtaken boolean NOT NULL DEFAULT false").format(dead),
         sql.SQL(
             """CREATE TABLE IF NOT EXISTS {status} (
                 id integer PRIMARY KEY CHECK (id = 1),
                 stalled_topic text,
                 stalled_reason text,
                 stalled_since timestamptz,
-                updated_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+                updated_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+                stalls jsonb  -- every topic publishing is stalled on, with the aggregate types waiting for it
             )"""
         ).format(status=status),
-        # Every topic publishing is stalled on, with the aggregate types waiting for it (outbox_relay.stalls).
-        sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS stalls jsonb").format(status),
         sql.SQL(
             "CREATE OR REPLACE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER "
             "SET search_path = pg_catalog, pg_temp AS {body}"

@@ -144,10 +144,7 @@ def jobs_stop(name: str) -> None:
 
 @app.command("optimize")
 def jobs_optimize(name: str) -> None:
-    """Compact the job's Delta tables now (jobs also do it every `optimize_every` batches).
-
-    A history made unpartitioned by an earlier cdcpipe is partitioned by `is_current` first.
-    """
+    """Compact the job's Delta tables now, its event ids trimmed first (jobs do both every `optimize_every` batches)."""
     from streaming_jobs.run import control as job_control
 
     table = job_control.optimize(JobsSettings.load(), name)

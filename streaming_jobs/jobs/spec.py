@@ -115,7 +115,24 @@ class JobSpec(BaseModel):
         description="cap on records per micro-batch, so a new job on a long topic does not read it whole in its "
         "first batch (0: no cap)",
     )
-    optimize_every: int = Field(100, ge=0, description="compact the tables every N micro-batches (0: never)")
+    optimize_every: int = Field(
+        100,
+        ge=0,
+        description="compact the tables every N micro-batches, and first drop the event ids past the look-back "
+        "(0: never)",
+    )
+    vacuum_every_hours: float = Field(
+        24.0,
+        ge=0,
+        description="delete the data files no table version of the last vacuum_retain_hours needs, this often (at "
+        "a compaction; 0: never): a deleted row's bytes stay until then",
+    )
+    vacuum_retain_hours: float = Field(
+        168.0,
+        ge=0,
+        description="how old a table version may still be read (time travel, a slow reader) after a vacuum: "
+        "Delta's 7 days by default; a reader longer than this may find a file gone",
+    )
     max_poison_in_a_row: int = Field(
         20,
         ge=0,
@@ -214,6 +231,8 @@ class JobSpec(BaseModel):
                     on_schema_change=self.on_schema_change,
                     max_offsets_per_trigger=self.max_offsets_per_trigger,
                     optimize_every=self.optimize_every,
+                    vacuum_every_hours=self.vacuum_every_hours,
+                    vacuum_retain_hours=self.vacuum_retain_hours,
                     max_poison_in_a_row=self.max_poison_in_a_row,
                     dedupe_lookback_records=self.dedupe_lookback_records,
                 )

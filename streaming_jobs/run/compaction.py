@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from streaming_jobs.jobs.locations import Location
+from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.context import commit_metadata
+from streaming_jobs.run.maintenance import trim_event_ids, vacuum
 from streaming_jobs.spark_session import CHECKPOINT_INTERVAL
 
 log = logging.getLogger(__name__)
 
 POOL = "compaction"  # the fair scheduler's pool the background compactions run in
+VACUUMED_AT = "cdcpipe_vacuumed_at"  # in the job's checkpoint: when its tables were last vacuumed (epoch seconds)
 # A compaction beside the batches takes seconds, some batches: it does not start when a checkpoint falls within
 # the job table's next this many commits.
 CHECKPOINT_MARGIN = CHECKPOINT_INTERVAL // 5
@@ -64,37 +68,36 @@ def checkpoint_near(version: int) -> bool:
     return version >= 0 and CHECKPOINT_INTERVAL - version % CHECKPOINT_INTERVAL <= CHECKPOINT_MARGIN
 
 
-def optimize(spark: Any, where: Location, kind: str) -> None:
-    """Compact a job's tables now (`cdcpipe jobs optimize`), each under the job table's writer lease.
+def optimize(spark: Any, where: Location, spec: JobSpec) -> None:
+    """Trim a table job's event ids and compact its tables now (`cdcpipe jobs optimize`), under its writer lease.
 
     The job's table carries its applied offsets forward, like any write of the job. The tables beside it
-    (dead letters, event ids) carry no offsets of their own. A history an earlier cdcpipe made unpartitioned is
-    partitioned first (streaming_jobs.sinks.scd.table_history says why).
+    (dead letters, event ids) carry no offsets of their own.
     """
-    from streaming_jobs.sinks.scd import partition_history, unpartitioned_history
-
-    if kind == "table_history":
-        # Checked under the lease, as the offsets are read: two `jobs optimize` at once copy the table once.
-        with table_lock(where.table, holder="optimize"):
-            if unpartitioned_history(spark, where.table):
-                with commit_metadata(spark, applied.read(where.table).metadata()):
-                    partition_history(spark, where.table)
-                log.warning("%s: partitioned by is_current (a copy of the table)", where.table)
+    if spec.kind != "event_log":
+        trim_event_ids(spark, where.event_ids, where.table, spec.dedupe_lookback_records)
     for table in (where.table, where.dead_letters, where.event_ids):
         compact(spark, table, lease_of=where.table, carry_offsets=table == where.table)
 
 
 class Compactor:
-    """Compacts a streaming job's tables every `every` batches: the append-only ones in a background thread."""
+    """Compacts a streaming job's tables every `optimize_every` batches: the append-only ones in a background thread.
 
-    def __init__(self, spark: Any, where: Location, kind: str, every: int) -> None:
+    In that thread it also trims the event ids past the look-back, and vacuums every `vacuum_every_hours`
+    (streaming_jobs.run.maintenance).
+    """
+
+    def __init__(self, spark: Any, where: Location, spec: JobSpec) -> None:
         self.spark = spark
         self.where = where
-        self.every = every
+        self.spec = spec
+        self.every = spec.optimize_every
         # The event log's own table is append-only (its event ids are in it); a job of another kind MERGEs.
-        appended = [where.table] if kind == "event_log" else []
-        self.beside = [*appended, where.dead_letters, *([] if kind == "event_log" else [where.event_ids])]
-        self.in_line = [] if kind == "event_log" else [where.table]
+        event_log = spec.kind == "event_log"
+        appended = [where.table] if event_log else []
+        self.beside = [*appended, where.dead_letters, *([] if event_log else [where.event_ids])]
+        self.in_line = [] if event_log else [where.table]
+        self.trims = not event_log and spec.dedupe_lookback_records > 0
         self._thread: threading.Thread | None = None
         self._due: int | None = None  # the batch from which the next compaction is due
 
@@ -116,11 +119,30 @@ class Compactor:
 
     def _beside(self) -> None:
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
+        where = self.where
         try:
+            if self.trims:
+                trim_event_ids(self.spark, where.event_ids, where.table, self.spec.dedupe_lookback_records)
             for table in self.beside:
-                compact(self.spark, table, lease_of=self.where.table, carry_offsets=False, beside=True)
+                compact(self.spark, table, lease_of=where.table, carry_offsets=False, beside=True)
+            if self._vacuum_due():
+                tables = [
+                    where.table,
+                    where.dead_letters,
+                    *([] if self.spec.kind == "event_log" else [where.event_ids]),
+                ]
+                vacuum(self.spark, tables, lease_of=where.table, retain_hours=self.spec.vacuum_retain_hours)
+                (where.checkpoint / VACUUMED_AT).write_text(str(time.time()))
         except Exception as exc:  # a failed compaction loses nothing: the small files stay; the next one retries
-            log.warning("compaction of %s's tables failed (the next one tries again): %s", self.where.table, exc)
+            log.warning("compaction of %s's tables failed (the next one tries again): %s", where.table, exc)
+
+    def _vacuum_due(self) -> bool:
+        """Whether `vacuum_every_hours` passed since the last vacuum (kept in the checkpoint, across restarts)."""
+        if not self.spec.vacuum_every_hours:
+            return False
+        marker = self.where.checkpoint / VACUUMED_AT
+        last = float(marker.read_text()) if marker.exists() else 0.0
+        return time.time() - last >= self.spec.vacuum_every_hours * 3600
 
     def close(self, timeout_s: float = 300) -> None:
         """Wait for a compaction in progress (a job that stops lets it finish, or its files stay small)."""

@@ -420,7 +420,7 @@ def optimize(settings: JobsSettings, name: str) -> LakePath:
     where = locations.current(spec, settings.lake_root())
     spark = build_spark_session(settings, app_name=f"cdcpipe-optimize-{name}")
     try:
-        optimize_tables(spark, where, spec.kind)
+        optimize_tables(spark, where, spec)
     finally:
         spark.stop()
     return where.table

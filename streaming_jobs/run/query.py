@@ -48,7 +48,6 @@ from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
 from streaming_jobs.run.metrics import GroupMetrics, JobMetrics, offsets_of
 from streaming_jobs.sinks.batch import handle_batch
-from streaming_jobs.sinks.scd import unpartitioned_history
 
 log = logging.getLogger(__name__)
 # A batch that failed on these restarts the query instead of ending the job (their names reach us in the text
@@ -101,17 +100,9 @@ class JobQuery:
         """
         spec, where = prepared.spec, prepared.where
         self.spec, self.where, self.settings = spec, where, settings
-        if spec.kind == "table_history" and unpartitioned_history(spark, where.table):
-            log.warning(
-                "job %s: history %s is not partitioned by is_current (made by an earlier cdcpipe): each batch reads "
-                "the whole table and grows with it; `cdcpipe jobs optimize %s` partitions it (one copy of the table)",
-                spec.name,
-                where.table,
-                spec.name,
-            )
         self.counts = {"applied": 0, "dead_letters": 0}
         self.last_batch: dict[str, Any] = {}  # where the last batch's time went (streaming_jobs.phases)
-        self.compactor = Compactor(spark, where, spec.kind, spec.optimize_every)
+        self.compactor = Compactor(spark, where, spec)
         self.chosen = trigger or spec.trigger
         self.in_group = group is not None
         self.batches = 0  # micro-batches with records, in this driver

@@ -16,13 +16,12 @@ from __future__ import annotations
 import functools
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F  # noqa: N812
 from pyspark.sql.types import ArrayType, BinaryType, StringType
 
 from schemas.table_contracts import TableContract
 from streaming_jobs.classify.table_changes import UNAVAILABLE
-from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.context import BatchContext, created_with, merge_source_rows
 from streaming_jobs.schema_change.apply import keep_copy
@@ -33,19 +32,8 @@ MIRROR_META = ["_lsn", "_commit_lsn", "_source_ts"]
 HISTORY_META = ["_lsn", "_commit_lsn", "valid_from", "valid_to", "is_current"]
 HISTORY_PARTITIONING = ["is_current"]  # why: table_history
 IN_ORDER = ("_commit_lsn", "_lsn", "kafka_offset")
-# The change `s` is newer than the table's row `t`. A row written before `_commit_lsn` existed has none: its
-# `_lsn` stands for it, which orders a later change of the same row rightly (that change's transaction began
-# after the row's committed, so the commit before it is at or past the row's LSN).
-_THEIRS = "coalesce(t._commit_lsn, t._lsn)"
-NEWER = f"(s._commit_lsn > {_THEIRS} OR (s._commit_lsn = {_THEIRS} AND s._lsn > t._lsn))"
-
-
-def _with_commit_lsn(ctx: BatchContext, table: DeltaTable) -> DeltaTable:
-    """The table, given `_commit_lsn` if it was made before the column existed (its rows null there: `NEWER`)."""
-    if "_commit_lsn" in table.toDF().columns:
-        return table
-    ctx.spark.sql(f"ALTER TABLE delta.`{ctx.table}` ADD COLUMNS (_commit_lsn BIGINT)")
-    return DeltaTable.forPath(ctx.spark, str(ctx.table))
+# The change `s` is newer than the table's row `t`: committed later, or later in the same transaction.
+NEWER = "(s._commit_lsn > t._commit_lsn OR (s._commit_lsn = t._commit_lsn AND s._lsn > t._lsn))"
 
 
 def toastable(contract: TableContract, ctx: BatchContext | None = None) -> list[str]:
@@ -107,7 +95,7 @@ def table_mirror(changes: DataFrame, ctx: BatchContext, contract: TableContract)
     keep_copy(ctx.table, contract)
     if created_with(ctx, newest.where("_op <> 'd'").drop("_op", UNAVAILABLE)):
         return newest.count()  # a new table: its first batch's rows written, the deletes of rows it never had dropped
-    table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
+    table = DeltaTable.forPath(ctx.spark, str(ctx.table))
     on = " AND ".join(f"t.{quoted(k)} = s.{quoted(k)}" for k in keys)
     inserted: dict[str, str | Column] = {quoted(c): f"s.{quoted(c)}" for c in [*columns, *MIRROR_META]}
     updated: dict[str, str | Column] = {quoted(c): _kept(c, unsent) for c in [*columns, *MIRROR_META]}
@@ -180,8 +168,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     The table is partitioned by `is_current`: the MERGE (whose condition names `t.is_current`) and the reads of
     current versions then skip every closed version's file, so a batch reads about as much as a mirror's does
     however long the history grows. Unpartitioned, each batch read the whole table and the batches grew with it
-    (docs/benchmarks.md). A history an earlier cdcpipe made unpartitioned keeps working as before, reading it
-    all; `cdcpipe jobs optimize` partitions it (`partition_history`).
+    (docs/benchmarks.md).
     """
     keys, columns = list(contract.primary_key), contract.columns
     unsent = toastable(contract, ctx)
@@ -231,7 +218,7 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     keep_copy(ctx.table, contract)
     # A new table has no version to close: its first batch is its versions, written.
     if not created_with(ctx, versions.select(*_columns(columns), *HISTORY_META), partition_by=HISTORY_PARTITIONING):
-        table = _with_commit_lsn(ctx, DeltaTable.forPath(ctx.spark, str(ctx.table)))
+        table = DeltaTable.forPath(ctx.spark, str(ctx.table))
         on = " AND ".join(f"t.{quoted(k)} = s.{quoted('_mk_' + k)}" for k in keys) + " AND t.is_current"
         values: dict[str, str | Column] = {quoted(c): f"s.{quoted(c)}" for c in [*columns, *HISTORY_META]}
         with ctx.idempotent():
@@ -245,27 +232,3 @@ def table_history(changes: DataFrame, ctx: BatchContext, contract: TableContract
     count = cached.count()
     cached.unpersist()
     return count
-
-
-def unpartitioned_history(spark: SparkSession, table: LakePath) -> bool:
-    """Whether `table` is a history made before cdcpipe partitioned them (`HISTORY_PARTITIONING`)."""
-    if not DeltaTable.isDeltaTable(spark, str(table)):
-        return False
-    detail = DeltaTable.forPath(spark, str(table)).detail().select("partitionColumns").first()
-    return detail is not None and list(detail[0]) != HISTORY_PARTITIONING
-
-
-def partition_history(spark: SparkSession, table: LakePath) -> None:
-    """Rewrite a history partitioned by `is_current`, every row as it is: one copy of the table.
-
-    Run under the job table's writer lease with its applied offsets as the commit's metadata
-    (streaming_jobs.run.compaction.optimize): nothing is written between the read and the overwrite.
-    """
-    rows = spark.read.format("delta").load(str(table))
-    (
-        rows.write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")  # without it, Delta refuses an overwrite that changes the partitioning
-        .partitionBy(*HISTORY_PARTITIONING)
-        .save(str(table))
-    )

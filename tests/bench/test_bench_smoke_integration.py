@@ -69,6 +69,12 @@ ON_A_RUNNING_STACK = [
         ["snapshot_rows_per_s", "mirror_has_every_row_s"],
     ),
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
+    (
+        "upkeep_bench",
+        ["--changes", "3000", "--keys", "100", "--batch", "500", "--optimize-every", "2"],
+        "upkeep.json",
+        ["runs", "event_ids_rows_none_over_upkeep", "table_bytes_none_over_upkeep"],
+    ),
     # The variant with a table property of its own; the others are the same MERGE under a Spark setting.
     (
         "merge_bench",

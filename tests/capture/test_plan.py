@@ -59,9 +59,10 @@ def test_a_new_connector_captures_the_tables_with_the_settings_every_table_job_r
 def test_the_files_written_are_what_topics_apply_and_the_jobs_read(tmp_path: Path) -> None:
     capture = CaptureSettings.load()
     spec = files.topic_spec(capture, "shop.sales.orders")
+    own = files.connector_topics(capture, "shop", ["cdcpipe.debezium_heartbeat", "cdcpipe.Sïgnal"], "shop.notes")
     files_written = [
         files.topic_file(tmp_path / "topics", "tables", "sales.orders", spec),
-        files.grants_file(tmp_path / "topics", "tables", files.connector_grants(capture, "shop")),
+        files.connector_file(tmp_path / "topics", "tables", own),
         files.job_file(tmp_path / "jobs", "sales.orders", "mirror", "shop.sales.orders"),
         files.job_file(tmp_path / "jobs", "sales.Order Lines", "history", "shop.sales.Order Lines"),
     ]
@@ -69,12 +70,16 @@ def test_the_files_written_are_what_topics_apply_and_the_jobs_read(tmp_path: Pat
         file.path.parent.mkdir(exist_ok=True)
         file.path.write_text(file.text)
     declared = topics.load(tmp_path / "topics")
-    assert [(t.name, t.partitions, t.config) for t in declared.topics] == [(spec.name, 6, spec.config)]
-    assert declared.topics[0].producers == ("User:connect",)
-    assert declared.topics[0].consumers == ("User:jobs",)
-    assert [g.prefix for g in declared.prefixes] == ["shop.", "__debezium-heartbeat.shop"]
-    assert files.uncovered(declared, files.connector_grants(capture, "shop")) == []
-    assert files.uncovered(declared, files.connector_grants(capture, "other")) != []
+    assert [(t.name, t.partitions, t.config) for t in declared.topics if t.name == spec.name] == [
+        (spec.name, 6, spec.config)
+    ]
+    # Every topic by name, no grant on a prefix: Connect writes (and creates none), the jobs read the table's.
+    assert declared.prefixes == []
+    assert sorted(t.name for t in declared.topics) == sorted(
+        [spec.name, "__debezium-heartbeat.shop", "shop.notes", "shop.cdcpipe.debezium_heartbeat", "shop.cdcpipe.S_gnal"]
+    )
+    assert {t.producers for t in declared.topics} == {("User:connect",)}
+    assert {t.name: t.consumers for t in declared.topics if t.consumers} == {spec.name: ("User:jobs",)}
     jobs = load_all([tmp_path / "jobs"])
     assert sorted(jobs) == ["sales_order_lines_history", "sales_orders_mirror"]
     assert jobs["sales_orders_mirror"].kind == "table_mirror"

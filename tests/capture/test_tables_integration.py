@@ -10,10 +10,19 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 from psycopg import sql
 
 from capture import postgres as capture_postgres
@@ -127,6 +136,23 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         again = tables("add", f"public.{first}", "--mirror", env=env)
         again += tables("add", f"public.{second}", "--mirror", "--history", env=env)
         assert all(": unchanged" in line for line in again.splitlines()), again
+        # The ACLs name each topic: the jobs read the tables' topics, Connect writes those and its own four, and
+        # creates none; no grant covers a whole prefix (it would reach every table captured later).
+        prefix = f"cap_{outbox.tag}"
+        acls = topic_acls(stack, (f"{prefix}.", f"__debezium-heartbeat.{prefix}"))
+        assert {(name, pattern) for name, pattern, _, _ in acls} == {(name, "LITERAL") for name, _, _, _ in acls}, (
+            "a grant on a prefix"
+        )
+        table_topics = {f"{prefix}.public.{name}" for name in (first, second)}
+        own = {
+            f"__debezium-heartbeat.{prefix}",
+            f"{prefix}.debezium_notifications",
+            f"{prefix}.{env['CDCPIPE_OUTBOX_SCHEMA']}.debezium_heartbeat",
+            f"{prefix}.{env['CDCPIPE_OUTBOX_SCHEMA']}.debezium_signal",
+        }
+        assert {n for n, _, who, op in acls if who == "User:jobs" and op == "READ"} == table_topics
+        assert {n for n, _, who, op in acls if who == "User:connect" and op == "WRITE"} == table_topics | own
+        assert not [a for a in acls if a[3] == "CREATE"], acls
         # A contract file broken by hand is shown broken, with why, never as "none".
         contract = tmp_path / "contracts" / f"public.{first}.json"
         kept = contract.read_text()
@@ -261,3 +287,18 @@ def test_tables_add_captures_a_users_tables_with_their_rows_and_a_second_run_cha
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             for ident in idents.values():
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+
+
+def topic_acls(stack: Stack, prefixes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """(topic or prefix, LITERAL or PREFIXED, principal, operation) of each ACL on a name under `prefixes`."""
+    anyone: Any = None  # matches any name, principal and host (the stubs type them str only)
+    every = AclBindingFilter(
+        ResourceType.TOPIC, anyone, ResourcePatternType.ANY, anyone, anyone, AclOperation.ANY, AclPermissionType.ANY
+    )
+    admin = AdminClient(stack.kafka().client_config())
+    bindings = admin.describe_acls(every, request_timeout=30).result()
+    return [
+        (b.name, b.resource_pattern_type.name, b.principal, b.operation.name)
+        for b in bindings
+        if b.name.startswith(prefixes)
+    ]

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from streaming_jobs.jobs.locations import Location
+from streaming_jobs.jobs.spec import JobSpec
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.run import compaction
 from streaming_jobs.run.compaction import CHECKPOINT_MARGIN, Compactor, checkpoint_near
 from streaming_jobs.spark_session import CHECKPOINT_INTERVAL
+
+
+def _spec(kind: str, **fields: object) -> JobSpec:
+    return JobSpec.model_validate({"name": "j", "kind": kind, "topics": ["t"], "table": "out", **fields})
 
 
 def test_a_checkpoint_is_near_within_the_margin_before_it_and_not_after_it() -> None:
@@ -35,7 +41,7 @@ def test_a_due_compaction_waits_for_the_checkpoints_batch_then_comes_every_n_bat
             (version["now"], table.name, beside)
         ),
     )
-    compactor = Compactor(None, where, kind, every=100)
+    compactor = Compactor(None, where, _spec(kind))
 
     def beside() -> None:  # the thread's work, without Spark's scheduler pool
         for table in compactor.beside:
@@ -52,7 +58,7 @@ def test_a_due_compaction_waits_for_the_checkpoints_batch_then_comes_every_n_bat
     # A new job: batch N commits version N - 1. Due at batch 100, whose commit was version 99: the next commit
     # writes the checkpoint, so the compaction waits for batch 101 (version 100, checkpoint written), then
     # comes 100 batches later.
-    again = Compactor(None, where, kind, every=100)
+    again = Compactor(None, where, _spec(kind))
     again._beside = beside  # type: ignore[method-assign]
     compacted.clear()
     for batch in range(0, 205):
@@ -64,3 +70,13 @@ def test_a_due_compaction_waits_for_the_checkpoints_batch_then_comes_every_n_bat
     assert {name for _, name, _ in compacted} == expected_tables
     # The event log compacts all its tables beside the batches; a MERGE kind its own table in line.
     assert all(beside == (name != "out" or kind == "event_log") for _, name, beside in compacted)
+
+
+def test_a_vacuum_is_due_every_so_many_hours_counted_across_restarts(tmp_path: Path) -> None:
+    where = Location(LakePath.of(str(tmp_path / "out")), LakePath.of(str(tmp_path / "cp")))
+    (tmp_path / "cp").mkdir()
+    assert Compactor(None, where, _spec("latest_state"))._vacuum_due(), "never vacuumed: due"
+    (tmp_path / "cp" / compaction.VACUUMED_AT).write_text(str(time.time() - 3600))
+    assert not Compactor(None, where, _spec("latest_state", vacuum_every_hours=2))._vacuum_due()
+    assert Compactor(None, where, _spec("latest_state", vacuum_every_hours=0.5))._vacuum_due()
+    assert not Compactor(None, where, _spec("latest_state", vacuum_every_hours=0))._vacuum_due(), "0: never"

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from streaming_jobs.config import JobsSettings
 from streaming_jobs.lake.paths import LakePath
@@ -32,6 +33,28 @@ def commits(table: LakePath) -> list[tuple[str, str | None]]:
     return out
 
 
+def added_files(table: LakePath) -> set[str]:
+    """Every data file a commit of the table ever added."""
+    log = table / "_delta_log"
+    added = set()
+    for name in (n for n in log.names() if n.endswith(".json")):
+        for line in (log / name).read_text().splitlines():
+            action = json.loads(line) if line else {}
+            if "add" in action:
+                added.add(action["add"]["path"])
+    return added
+
+
+def parquet_files(table: LakePath) -> list[Path]:
+    """The data files in a local table's folder (its log's checkpoints left out)."""
+    return [f for f in Path(str(table)).rglob("*.parquet") if "_delta_log" not in f.parts]
+
+
+def read_table(table: LakePath) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    return rows
+
+
 # A MERGEd table's compaction is in line, between batches, the same on either lake: one lake is enough for it.
 CASES = [("event_log", "s3"), ("event_log", "local"), ("latest_state", "local")]
 
@@ -44,7 +67,21 @@ def test_a_job_compacts_its_tables_as_it_runs_and_every_event_stays_applied_once
     ids = send(stack, topic, events)
     # Three records a batch, a compaction every second batch: eight batches, compactions at 2, 4 and 6.
     lake = stack.s3_lake() if where == "s3" else str(tmp_path / "lake")
-    job = make_job(stack, tmp_path, kind, [topic], lake=lake, max_offsets_per_trigger=3, optimize_every=2)
+    # Resent ids are looked for 4 records a partition back: a MERGE kind's older ids are trimmed at each
+    # compaction. The tables are vacuumed at the first compaction (never before) and after each 3.6 s, keeping
+    # no old file.
+    job = make_job(
+        stack,
+        tmp_path,
+        kind,
+        [topic],
+        lake=lake,
+        max_offsets_per_trigger=3,
+        optimize_every=2,
+        dedupe_lookback_records=4,
+        vacuum_every_hours=0.001,
+        vacuum_retain_hours=0,
+    )
     job.run()
     root = JobsSettings.load(lake=lake, lease_pg_dsn=stack.env["CDCPIPE_LEASE_PG_DSN"]).lake_root()
     table = root / "out"
@@ -62,5 +99,14 @@ def test_a_job_compacts_its_tables_as_it_runs_and_every_event_stays_applied_once
     else:  # a MERGEd table is compacted between batches, carrying the offsets forward
         assert all('"applied"' in (meta or "") for op, meta in commits(table) if op == "OPTIMIZE")
         assert "OPTIMIZE" in [op for op, _ in commits(root / "out_event_ids")]
+        # Trimmed: the ids of the last offsets are all there, the look-back at least; the older ones went in
+        # commits marked so (a job's memory of ids steps over them).
+        offsets = sorted(int(str(r["kafka_offset"])) for r in read_table(root / "out_event_ids"))
+        assert offsets == list(range(offsets[0], 24)), offsets
+        assert 0 < offsets[0] <= 24 - 4, offsets
+        assert ("DELETE", applied.TRIMMED) in commits(root / "out_event_ids")
+        # Vacuumed: files a MERGE or a compaction replaced were deleted (without, every file ever added stays).
+        for name in ("out", "out_event_ids"):
+            assert len(parquet_files(root / name)) < len(added_files(root / name)), name
     job.run()  # nothing new: nothing applied again
     assert sorted(str(r["event_id"]) for r in job.table()) == sorted(ids)

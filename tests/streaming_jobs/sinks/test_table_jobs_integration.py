@@ -8,13 +8,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 from psycopg import sql
 
 from demo.run import EXAMPLES
 from schemas import outbox as schema_outbox
 from tests.support.connectors import table_connector, wait_slot_active, wait_state, write_definition
-from tests.support.jobs import T0, change, jobs_command, make_job, row, send_changes
+from tests.support.jobs import T0, change, make_job, row, send_changes
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
 from tests.support.stack import Stack, cdcpipe
@@ -104,9 +104,7 @@ SNAPSHOT_ROW = (32712904, 32723648)
 LATE_DELETE = 32700000, (32724040, 32700000)
 
 
-def test_a_mirror_orders_changes_as_they_committed_and_takes_a_table_made_before_that(
-    stack: Stack, topic: str, tmp_path: Path
-) -> None:
+def test_a_mirror_orders_changes_as_they_committed(stack: Stack, topic: str, tmp_path: Path) -> None:
     """A row a snapshot read and a transaction open across the mark deleted stays deleted, in one batch or two."""
     read = [
         (key, change("r", None, row(key, n), None, SNAPSHOT_ROW)) for key, n in (("k", 1), ("m", 2), ("j", 3), ("p", 5))
@@ -119,28 +117,18 @@ def test_a_mirror_orders_changes_as_they_committed_and_takes_a_table_made_before
     job.run()
     assert {r["id"]: (r["_commit_lsn"], r["_lsn"]) for r in job.table()} == {"m": SNAPSHOT_ROW, "p": SNAPSHOT_ROW}
 
-    # A mirror made before `_commit_lsn` (its rows' `_lsn` stands for it) gets the column; order still holds.
-    path = f"{job.lake}/out"
-    old = DeltaTable(path).to_pyarrow_table().drop_columns(["_commit_lsn"])
-    write_deltalake(path, old, mode="overwrite", schema_mode="overwrite")
-    assert "_commit_lsn" not in job.table()[0]
+    # Later changes go on in commit order.
     send_changes(
         stack,
         topic,
         [
-            ("m", change("u", None, row("m", 9), 32723000)),  # older than the row: its LSN is below the row's
             ("p", change("u", None, row("p", 6), 32731000, (32730500, 32731000))),
             ("n", change("c", None, row("n", 4), 32732000, (32731500, 32732000))),
         ],
     )
     job.run()
     found = {r["id"]: (r["balance"], r["_commit_lsn"]) for r in job.table()}
-    assert found == {"m": (2, None), "p": (6, 32730500), "n": (4, 32731500)}
-
-
-def history_versions(path: str) -> list[tuple[object, ...]]:
-    table = DeltaTable(path).to_pyarrow_table().to_pylist()
-    return sorted((str(r["id"]), r["balance"], str(r["valid_from"]), r["is_current"]) for r in table)
+    assert found == {"m": (2, SNAPSHOT_ROW[0]), "p": (6, 32730500), "n": (4, 32731500)}
 
 
 def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
@@ -178,26 +166,6 @@ def test_history_keeps_every_version_even_several_of_one_key_in_a_batch(
     removed = [json.loads(line)["remove"]["path"] for line in commit.read_text().splitlines() if '"remove"' in line]
     assert removed
     assert all(p.startswith("is_current=true/") for p in removed), removed
-
-    # A history an earlier cdcpipe made (the same rows, unpartitioned) keeps working, and the job says how to
-    # partition it; `jobs optimize` does, the rows and the offsets the table holds as they were.
-    write_deltalake(
-        path, DeltaTable(path).to_pyarrow_table(), mode="overwrite", schema_mode="overwrite", partition_by=[]
-    )
-    send_changes(stack, topic, [("a", change("u", row("a", 12), row("a", 13), 160))])
-    ran = job.run()
-    assert f"history {path} is not partitioned by is_current" in ran.stderr
-    assert f"`cdcpipe jobs optimize {job.name}` partitions it" in ran.stderr
-    before = history_versions(path)
-    assert [v for v in before if v[3]] == [("a", 13, str(ts(160)), True), ("c", 6, str(ts(150)), True)]
-    assert len(before) == 7
-    optimized = jobs_command("jobs", "optimize", job.name, env=job.environment())
-    assert optimized.returncode == 0, optimized.stderr[-3000:]
-    assert DeltaTable(path).metadata().partition_columns == ["is_current"]
-    assert history_versions(path) == before, "partitioning must not change the rows"
-    ran = job.run()  # nothing new: nothing changes (the rewrite's commit says which offsets the table holds)
-    assert "is not partitioned" not in ran.stderr
-    assert history_versions(path) == before
 
 
 def test_a_mirror_of_a_real_table_through_debezium_equals_the_table(
