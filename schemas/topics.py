@@ -215,6 +215,18 @@ def apply(
     except KafkaException as exc:
         raise TopicError(f"cannot read Kafka's topics: {unreachable_reason(admin, exc)}") from exc
     missing = [s for s in specs if s.name not in metadata.topics]
+    # Kafka refuses such a topic too, but only when asked to create it, after the topics before it were made.
+    too_many = [s for s in missing if s.replication_factor > len(metadata.brokers)]
+    if too_many:
+        raise TopicError(
+            "; ".join(
+                f"topic {s.name}{f' ({s.source})' if s.source else ''} asks for {s.replication_factor} replicas"
+                for s in too_many
+            )
+            + f", and the cluster has {len(metadata.brokers)} broker(s) up: a topic cannot have more replicas than "
+            "brokers. Nothing was created. Lower replication_factor in the file (-1 takes the cluster's default), or "
+            "bring the brokers up"
+        )
     results: dict[str, Applied] = {}
     if missing and not dry_run:
         futures = admin.create_topics(

@@ -68,6 +68,20 @@ def test_a_bad_topic_file_is_an_error_naming_the_file_not_a_traceback(stack: Sta
     assert "Traceback" not in result.stderr
 
 
+def test_more_replicas_than_brokers_are_refused_before_any_topic_is_made(stack: Stack, tmp_path: Path) -> None:
+    names = [f"test.replicas.{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    (tmp_path / "t.toml").write_text(
+        f'[[topic]]\nname = "{names[0]}"\npartitions = 1\nreplication_factor = 1\n\n'
+        f'[[topic]]\nname = "{names[1]}"\npartitions = 1\nreplication_factor = 3\n'
+    )
+    result = cdcpipe("topics", "apply", env={**stack.process_env(), "CDCPIPE_TOPICS_DIR": str(tmp_path)})
+    assert result.returncode == 2, result.stdout
+    assert f"topic {names[1]} ({tmp_path / 't.toml'}) asks for 3 replicas" in result.stderr, result.stderr
+    assert "the cluster has 1 broker(s) up" in result.stderr
+    assert "Nothing was created" in result.stderr
+    assert not set(names) & set(AdminClient(stack.kafka_config()).list_topics(timeout=10).topics)
+
+
 def test_what_apply_created_and_granted_is_usable_the_moment_it_returns(stack: Stack) -> None:
     # KRaft commits a new topic and ACL on the controller and the broker takes them up a moment later; a job
     # submitted right after `topics apply` (as the demo does) was refused as if its topic did not exist.
