@@ -21,6 +21,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,12 +51,40 @@ STATES = ("RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED", "RESTARTING")
 
 
 class PipelineCollector(Collector):
-    """Reads every part at each scrape (prometheus_client calls `collect`)."""
+    """Reads every part every `read_every_s` (`refresh`, the reader thread's); a scrape serves the last reading.
+
+    A scrape then costs no connection and no wait, whoever asks and however often: the port is open to every
+    local user, and one Postgres session per scrape would let any of them use up Postgres's connections. A
+    reading grown stale (the reader stuck) is not served, so the alerts on absent series fire.
+    """
 
     def __init__(self, settings: MonitorSettings, connect: ConnectSettings, names: OutboxNames, jobs: JobsSettings):
         self.settings, self.connect, self.names, self.jobs = settings, connect, names, jobs
         self._said: dict[str, str | None] = {}  # each part's last error, logged once, not at every scrape
         self.healer = Healer(connect)
+        self._reading: tuple[float, list[Metric]] | None = None  # (monotonic time, metrics) of the last read
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Read every part now; the scrapes serve it from then on."""
+        metrics = list(self._read())
+        with self._lock:
+            self._reading = (time.monotonic(), metrics)
+
+    def collect(self) -> Iterator[Metric]:
+        if self._reading is None:
+            self.refresh()  # the first scrape before the reader's first read
+        with self._lock:
+            assert self._reading is not None  # noqa: S101 - set just above
+            read_at, metrics = self._reading
+        age = time.monotonic() - read_at
+        if age > 3 * self.settings.read_every_s + self.settings.monitor_timeout_s:
+            log.warning("collector: the last reading is %.0f s old (the reader is stuck): not served", age)
+            return
+        yield from metrics
+        yield GaugeMetricFamily(
+            "cdcpipe_collector_reading_age_seconds", "seconds since the collector last read every part", value=age
+        )
 
     def heal(self) -> None:
         """Restart the tasks due a restart (Connect not answering: nothing now, the next call tries again)."""
@@ -70,7 +99,7 @@ class PipelineCollector(Collector):
         with readings.connect(self.settings) as conn:
             return readings.slots(conn), readings.read(lambda: readings.outbox(conn, self.names))
 
-    def collect(self) -> Iterator[Metric]:
+    def _read(self) -> Iterator[Metric]:
         up = GaugeMetricFamily("cdcpipe_collector_source_up", "1 when the part answered this scrape", labels=["source"])
         took = GaugeMetricFamily(
             "cdcpipe_collector_source_read_seconds", "how long reading the part took", labels=["source"]
@@ -233,12 +262,18 @@ def serve_forever(settings: MonitorSettings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: done.set())
 
+    def reading() -> None:
+        while True:
+            collector.refresh()
+            if done.wait(settings.read_every_s):
+                return
+
     def healing() -> None:
         while not done.wait(settings.heal_every_s):
             collector.heal()
 
-    healer = threading.Thread(target=healing, name="heal", daemon=True)
-    healer.start()
+    for work in (reading, healing):
+        threading.Thread(target=work, name=work.__name__, daemon=True).start()
     done.wait()
     server.shutdown()
 

@@ -27,6 +27,12 @@ class MonitorSettings(StageSettings):
         1 << 30, ge=0, description="`status` warns when a replication slot holds more WAL than this (the alert's too)"
     )
     monitor_timeout_s: float = Field(5.0, gt=0, description="how long one read of one part may take")
+    read_every_s: float = Field(
+        5.0,
+        gt=0,
+        description="how often the collector reads every part; a scrape serves the last reading (no scrape opens "
+        "a connection, however many there are), and readings older than 3 reads and a timeout are not served",
+    )
     heal_every_s: float = Field(
         10.0, gt=0, description="how often the collector looks for connector tasks to restart (connectors' heal_*)"
     )

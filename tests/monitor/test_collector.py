@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from connectors.config import ConnectSettings
 from monitor.collector import PipelineCollector
@@ -45,3 +49,30 @@ def test_connect_and_postgres_down_are_reported_as_down_and_the_jobs_still_read(
         assert samples['cdcpipe_collector_source_up{source="jobs"}'] == 1
         assert samples['cdcpipe_job_driver_running{job="gone"}'] == 0
         assert not any(name.startswith(("cdcpipe_connect_", "cdcpipe_pg_", "cdcpipe_outbox_")) for name in samples)
+
+
+def test_scrapes_serve_the_last_reading_and_never_a_stale_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    collector = PipelineCollector(
+        MonitorSettings(monitor_pg_dsn=DOWN_DSN, monitor_timeout_s=1, read_every_s=2),
+        ConnectSettings(connect_url=DOWN_URL),
+        OutboxNames(),
+        JobsSettings(run_dir=tmp_path / "run", metrics_targets_dir=tmp_path / "targets"),
+    )
+    reads: list[float] = []
+    read = collector._read
+
+    def counted() -> Iterator[Metric]:
+        reads.append(time.monotonic())
+        return read()
+
+    monkeypatch.setattr(collector, "_read", counted)
+    for _ in range(5):  # however many scrapes: one read (the first scrape's, before the reader's)
+        samples = scrape(collector)
+    assert len(reads) == 1
+    assert samples['cdcpipe_collector_source_up{source="connect"}'] == 0
+    assert 0 <= samples["cdcpipe_collector_reading_age_seconds"] < 2
+    collector.refresh()  # what the reader thread does every read_every_s
+    assert len(reads) == 2
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 3 * 2 + 1 + 1)  # three reads and a timeout later
+    assert scrape(collector) == {}, "a stale reading is not served: the alerts on absent series fire"
