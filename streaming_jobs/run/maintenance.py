@@ -14,15 +14,12 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
 from streaming_jobs.once.context import commit_metadata
-
-log = logging.getLogger(__name__)
 
 # Delta refuses a vacuum that keeps less than this (its default retention) unless its check is turned off.
 DELTA_DEFAULT_RETAIN_HOURS = 168.0
