@@ -161,13 +161,13 @@ def newest_version(table: LakePath) -> int:
     return _newest_version(table / "_delta_log")
 
 
-# The userMetadata of a commit that removed event ids past the look-back (streaming_jobs.run.maintenance): only
-# ids below every floor a job's memory of them holds, so it leaves that memory true, as a compaction does.
-TRIMMED = "cdcpipe: event ids past the look-back removed"
-
-
 def data_changes(table: LakePath, after: int, upto: int) -> int | None:
-    """How many commits in (after, upto] add or remove rows (a compaction's and a trim's do not); None if unreadable."""
+    """How many commits in (after, upto] add rows or remove them otherwise than by a DELETE; None if unreadable.
+
+    A compaction's commits change no row. A DELETE (the trim of ids past the look-back, streaming_jobs.run
+    .maintenance, or one by hand) only removes rows: a memory of what the table holds then holds more, never
+    less, and a remembered id is looked up in the table before a record is dropped for it.
+    """
     log = table / "_delta_log"
     changed = 0
     for version in range(after + 1, upto + 1):
@@ -175,7 +175,7 @@ def data_changes(table: LakePath, after: int, upto: int) -> int | None:
         if actions is None:
             return None
         info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        if info.get("userMetadata") == TRIMMED:
+        if info.get("operation") == "DELETE":
             continue
         if any(a[kind].get("dataChange", True) for a in actions for kind in ("add", "remove") if kind in a):
             changed += 1

@@ -83,8 +83,8 @@ def optimize(spark: Any, where: Location, spec: JobSpec) -> None:
 class Compactor:
     """Compacts a streaming job's tables every `optimize_every` batches: the append-only ones in a background thread.
 
-    In that thread it also trims the event ids past the look-back, and vacuums every `vacuum_every_hours`
-    (streaming_jobs.run.maintenance).
+    Before, between two batches, it trims the event ids past the look-back; in that thread, after, it vacuums
+    every `vacuum_every_hours` (streaming_jobs.run.maintenance).
     """
 
     def __init__(self, spark: Any, where: Location, spec: JobSpec) -> None:
@@ -110,6 +110,8 @@ class Compactor:
         if batch_id < self._due or checkpoint_near(applied.newest_version(self.where.table)):
             return
         self._due = batch_id + self.every
+        if self.trims:  # in line: Delta fails a DELETE that an append beside it committed under
+            trim_event_ids(self.spark, self.where.event_ids, self.where.table, self.spec.dedupe_lookback_records)
         for table in self.in_line:
             compact(self.spark, table, lease_of=self.where.table, carry_offsets=True)
         if self._thread is not None and self._thread.is_alive():
@@ -121,8 +123,6 @@ class Compactor:
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
         where = self.where
         try:
-            if self.trims:
-                trim_event_ids(self.spark, where.event_ids, where.table, self.spec.dedupe_lookback_records)
             for table in self.beside:
                 compact(self.spark, table, lease_of=where.table, carry_offsets=False, beside=True)
             if self._vacuum_due():

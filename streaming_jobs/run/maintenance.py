@@ -2,10 +2,10 @@
 
 - `<table>_event_ids` gets a row per change a table job applied, for the look-back in which a publisher's resend
   is caught (`dedupe_lookback_records` per partition). An id below the first offset the job's table lacks, less
-  that look-back, is never looked for again: at each compaction such ids are deleted, in a commit marked
-  `applied.TRIMMED`. They lie below every floor of the job's memory of ids (streaming_jobs.once.event_ids), so
-  that commit leaves the memory true, and the batches do not read the look-back again after it. A look-back of 0
-  (every id, forever) trims nothing.
+  that look-back, is never looked for again: at each compaction such ids are deleted. They lie below every floor
+  of the job's memory of ids (streaming_jobs.once.event_ids), and a DELETE's commit leaves that memory true
+  (`applied.data_changes`), so the batches do not read the look-back again after it. A look-back of 0 (every
+  id, forever) trims nothing.
 - A MERGE rewrites the files holding the rows it changes or deletes, and a compaction the small files; the old
   files stay for the table versions that still name them. Every `vacuum_every_hours` a compaction also vacuums
   the job's tables: files no version of the last `vacuum_retain_hours` needs are deleted. Until then a deleted
@@ -19,7 +19,6 @@ from typing import Any
 from streaming_jobs.lake.lease import table_lock
 from streaming_jobs.lake.paths import LakePath
 from streaming_jobs.once import applied
-from streaming_jobs.once.context import commit_metadata
 
 # Delta refuses a vacuum that keeps less than this (its default retention) unless its check is turned off.
 DELTA_DEFAULT_RETAIN_HOURS = 168.0
@@ -41,8 +40,7 @@ def trim_floors(held: applied.Applied, lookback: int) -> dict[tuple[str, int], i
 def trim_event_ids(spark: Any, event_ids: LakePath, table: LakePath, lookback: int) -> int:
     """Delete the ids past the look-back of what `table` holds; how many partitions had some to trim.
 
-    Called beside the job's batches, under its writer lease shared as a compaction's: the batches' appends are
-    blind, which Delta lets commit beside a delete of other rows.
+    Called between two of the job's batches (a DELETE fails when an append commits under it), under its lease.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F  # noqa: N812
@@ -54,7 +52,7 @@ def trim_event_ids(spark: Any, event_ids: LakePath, table: LakePath, lookback: i
     for (topic, partition), floor in sorted(floors.items()):
         one = (F.col("topic") == topic) & (F.col("kafka_partition") == partition) & (F.col("kafka_offset") < floor)
         below = one if below is None else below | one
-    with table_lock(table, holder="trim", compaction=True), commit_metadata(spark, applied.TRIMMED):
+    with table_lock(table, holder="trim"):
         DeltaTable.forPath(spark, str(event_ids)).delete(below)
     return len(floors)
 

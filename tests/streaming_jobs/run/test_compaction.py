@@ -41,6 +41,13 @@ def test_a_due_compaction_waits_for_the_checkpoints_batch_then_comes_every_n_bat
             (version["now"], table.name, beside)
         ),
     )
+    trimmed: list[int] = []  # the table's version at each trim of the event ids
+
+    def trim(*_: object) -> int:
+        trimmed.append(version["now"])
+        return 1
+
+    monkeypatch.setattr(compaction, "trim_event_ids", trim)
     compactor = Compactor(None, where, _spec(kind))
 
     def beside() -> None:  # the thread's work, without Spark's scheduler pool
@@ -55,6 +62,8 @@ def test_a_due_compaction_waits_for_the_checkpoints_batch_then_comes_every_n_bat
         compactor.after_batch(batch)
         compactor.close()
     assert sorted({v for v, _, _ in compacted}) == [150, 250], compacted
+    # A MERGE kind trims its event ids in line, just before each compaction; an event log has none.
+    assert trimmed == ([] if kind == "event_log" else [150, 250])
     # A new job: batch N commits version N - 1. Due at batch 100, whose commit was version 99: the next commit
     # writes the checkpoint, so the compaction waits for batch 101 (version 100, checkpoint written), then
     # comes 100 batches later.

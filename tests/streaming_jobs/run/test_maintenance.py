@@ -18,8 +18,8 @@ def test_ids_are_kept_for_the_look_back_below_the_first_offset_the_table_lacks()
     assert trim_floors(held, 0) == {}, "a look-back of 0 keeps every id"
 
 
-def _commit(log: Path, version: int, metadata: str | None, *, data_change: bool = True) -> None:
-    info = {"commitInfo": {"operation": "DELETE", **({"userMetadata": metadata} if metadata else {})}}
+def _commit(log: Path, version: int, operation: str, *, data_change: bool = True) -> None:
+    info = {"commitInfo": {"operation": operation}}
     actions = [info, {"remove": {"path": f"f{version}.parquet", "dataChange": data_change}}]
     (log / f"{version:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
 
@@ -27,10 +27,10 @@ def _commit(log: Path, version: int, metadata: str | None, *, data_change: bool 
 def test_a_trims_commit_changes_no_row_a_memory_of_ids_holds(tmp_path: Path) -> None:
     log = tmp_path / "ids" / "_delta_log"
     log.mkdir(parents=True)
-    _commit(log, 0, None)
-    _commit(log, 1, applied.TRIMMED)
-    _commit(log, 2, None, data_change=False)  # a compaction
+    _commit(log, 0, "WRITE")
+    _commit(log, 1, "DELETE")  # a trim: the memory holds more than the table, never less
+    _commit(log, 2, "OPTIMIZE", data_change=False)
     table = LakePath.of(str(tmp_path / "ids"))
     assert applied.data_changes(table, 0, 2) == 0
-    _commit(log, 3, "anything else")
+    _commit(log, 3, "WRITE")
     assert applied.data_changes(table, 0, 3) == 1
