@@ -71,7 +71,7 @@ ON_A_RUNNING_STACK = [
     ("driver_start", ["--runs", "1"], "driver_start.json", ["median", "jvm_cpu_ratio_archive_over_none"]),
     (
         "upkeep_bench",
-        ["--changes", "3000", "--keys", "100", "--batch", "500", "--optimize-every", "2"],
+        ["--changes", "1000", "--keys", "100", "--batch", "500", "--optimize-every", "1"],
         "upkeep.json",
         ["runs", "event_ids_rows_none_over_upkeep", "table_bytes_none_over_upkeep"],
     ),
