@@ -1,9 +1,10 @@
 """Chaos soak: the whole pipeline, every job kind, under steady load while its parts are killed and restarted.
 
-    python bench/chaos.py [--minutes 10] [--rate 200] [--every 30] [--kafka-down-s 10] [--seed 1] [--faults relay,job,...]
-                          [--results bench/results/chaos.json]
+    python bench/chaos.py [--minutes 10] [--rate 200] [--every 30] [--kafka-down-s 15] [--seed 1] [--faults relay,job,...]
+                          [--jobs-on-cluster] [--results bench/results/chaos.json]
 
-Needs the local stack running (`cdcpipe stack up`): this run stops and starts its services. A generator
+Needs the local stack running (`cdcpipe stack up`, or `--cluster`: three Kafka nodes, two Connect workers, a Spark
+master and two workers): this run stops and starts its services. A generator
 commits deposits at a fixed rate, one transaction each: it adds the amount to a row of a captured table
 (`balance`, and `changes`, the row's update count) and emits a MoneyDeposited event through the outbox.
 Two relays (a leader and a standby) publish the events; a Debezium connector captures the table. Five
@@ -16,9 +17,16 @@ even the shortest run has every fault), once the connector's task runs again aft
 a time):
 - relay: SIGKILL the leading relay (the standby takes over; the killed one comes back as the standby);
 - job: SIGKILL one driver mid-stream (each in turn, the group's too), then `cdcpipe jobs submit` it again;
-- connect: SIGKILL the Kafka Connect worker, start it again (Debezium sends again what it had not committed);
-- kafka: stop the broker, leave it down 10 s (`--kafka-down-s`), start it again;
-- postgres: crash it (SIGQUIT: immediate shutdown, then crash recovery), start it again.
+- connect: SIGKILL the Connect worker running the connector's task (Debezium sends again what it had not
+  committed); of a group of two, the other takes the task (the time it took is `task_moved_s`); then it starts again;
+- kafka: stop a Kafka node for longer than the relay's delivery timeout (`--kafka-down-s`, 15 s), start it again;
+- postgres: crash it (SIGQUIT: immediate shutdown, then crash recovery), start it again;
+and on a cluster (the single node's `kafka` covers them there):
+- leader: SIGKILL the node leading the event topic's busiest partition, start it again after `--kafka-down-s`;
+- cluster: stop every Kafka node, start them again;
+- spark-worker: SIGKILL a Spark worker while the jobs run on the cluster (`--jobs-on-cluster`), start it again.
+With `--keep-down`, a Kafka node or a Connect worker a fault killed stays down to the end: the cluster runs on
+without it, nothing restarted by anyone.
 Then the load stops, the outbox drains, and the run waits until every read model matches the truth in
 Postgres (or 10 minutes pass), and prints per kind the missing / doubled / out-of-order counts
 (bench/chaos_checks.py says what each means per kind). A commit cut off by a crash is "maybe": Postgres
@@ -59,8 +67,8 @@ from connectors.config import ConnectSettings
 from ground.kafka_client import KafkaSettings
 from infra import kafka_security
 from infra import stack as local_stack
-from infra.config import StackSettings
-from infra.services import Connect, Kafka, Postgres, SparkMaster
+from infra.config import NODE_PORT_STEP, StackSettings
+from infra.services import Connect, Kafka, Postgres, Service, SparkMaster, SparkWorker
 from schemas import catalog, topics
 from schemas import outbox as schema_outbox
 from schemas.config import OutboxNames, SchemaSettings
@@ -71,7 +79,8 @@ from streaming_jobs.jobs.spec import table_job_name
 RESULTS = Path(__file__).parent / "results" / "chaos.json"
 PARTITIONS = 3
 KEYS = 50
-FAULTS = ("relay", "job", "connect", "kafka", "postgres")
+FAULTS = ("relay", "job", "connect", "kafka", "postgres", "leader", "cluster", "spark-worker")
+ONE_NODE_FAULTS = FAULTS[:5]  # the default on a one-node stack
 GROUP = "tables"  # the table group running the table kinds' jobs
 DRIVERS = ("event_log", "latest_state", "projection", GROUP)
 CATCH_UP_S = 600.0
@@ -151,6 +160,7 @@ class Soak:
     settings: StackSettings
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     relays: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    jobs_on_cluster: bool = False  # the jobs' executors on the stack's Spark workers, not in their drivers
 
     @property
     def schema(self) -> str:
@@ -207,6 +217,7 @@ class Soak:
             "CDCPIPE_RUN_DIR": str(self.work / "run"),  # the jobs' pid files, which the job faults read
             "CDCPIPE_TABLE_CONTRACT_DIRS": str(self.work / "contracts"),
             "CDCPIPE_SPARK_DRIVER_MEMORY": "1g",  # four drivers share the machine
+            **({"CDCPIPE_SPARK_MASTER": self.settings.spark_master_url} if self.jobs_on_cluster else {}),
             "CDCPIPE_KAFKA_CONFIG": str(kafka_security.client_file(self.settings, "jobs")),
         }
 
@@ -342,6 +353,51 @@ def _tasks(client: ConnectClient, name: str) -> list[str]:
     return [str(t.get("state")) for t in status.get("tasks", [])]
 
 
+def nodes(settings: StackSettings) -> list[Kafka]:
+    return [Kafka(settings, i) for i in range(settings.kafka_nodes)]
+
+
+def busiest_leader(soak: Soak) -> tuple[Kafka, int]:
+    """The node leading the event topic's partition that holds the most records, and that partition."""
+    consumer = Consumer(kafka_security.client(soak.settings).client_config(**{"group.id": f"chaos-{soak.tag}"}))
+    try:
+        partitions = consumer.list_topics(soak.event_topic, timeout=10).topics[soak.event_topic].partitions
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(soak.event_topic, p), timeout=10)[1] for p in partitions
+        }
+    finally:
+        consumer.close()
+    busiest = max(ends, key=lambda p: ends[p])
+    return Kafka(soak.settings, partitions[busiest].leader - 1), busiest
+
+
+def _task_workers(client: ConnectClient, name: str) -> list[str]:
+    """Where each of the connector's tasks runs ("127.0.0.1:8183"), as Connect says."""
+    try:
+        return [str(t.get("worker_id")) for t in client.status(name).get("tasks", []) if t.get("state") == "RUNNING"]
+    except Exception:  # a worker restarting, a rebalance: not known now
+        return []
+
+
+def task_worker(soak: Soak) -> Connect:
+    """The Connect worker running the connector's task (the first worker when none runs it now)."""
+    with soak.connect() as client:
+        running = _task_workers(client, soak.connector)
+    ports = [int(w.rpartition(":")[2]) for w in running]
+    index = (ports[0] - soak.settings.connect_port) // NODE_PORT_STEP if ports else 0
+    return Connect(soak.settings, index)
+
+
+def moved(soak: Soak, gone: Connect) -> float:
+    """Seconds until the connector's task runs on a worker other than `gone`."""
+    with soak.connect() as client:
+        return wait_for(
+            lambda: any(not w.endswith(f":{gone.rest_port}") for w in _task_workers(client, soak.connector)),
+            RECOVERY_S,
+            f"the connector's task to move off {gone.name}",
+        )
+
+
 def slot_active(dsn: str, slot: str) -> bool:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
@@ -448,16 +504,41 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=200, help="deposits committed per second")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between faults")
-    parser.add_argument("--kafka-down-s", type=float, default=10.0, help="how long the broker stays down")
+    parser.add_argument(
+        "--kafka-down-s",
+        type=float,
+        default=15.0,
+        help="how long a stopped Kafka node stays down (longer than the relay's delivery timeout, 10 s)",
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--faults", default=",".join(FAULTS), help=f"which, comma-separated, of {','.join(FAULTS)}")
+    parser.add_argument(
+        "--faults",
+        default="",
+        help=f"which, comma-separated, of {','.join(FAULTS)} (default: every one the stack can have: "
+        f"{','.join(ONE_NODE_FAULTS)} on one Kafka node)",
+    )
+    parser.add_argument(
+        "--jobs-on-cluster", action="store_true", help="run the jobs' executors on the stack's Spark workers"
+    )
+    parser.add_argument(
+        "--keep-down",
+        action="store_true",
+        help="leave a killed Kafka node or Connect worker down to the end: the cluster runs on without it (then at "
+        "most one Kafka fault: a second would leave fewer nodes than min.insync.replicas)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
-    chosen = tuple(f for f in args.faults.split(",") if f)
-    if unknown := set(chosen) - set(FAULTS):
-        parser.error(f"unknown faults {sorted(unknown)}: choose from {','.join(FAULTS)}")
     settings = StackSettings.load()
-    soak = Soak(env=stack_env(settings), settings=settings)
+    if args.jobs_on_cluster and SparkMaster(settings).process.pid() is None:
+        parser.error("--jobs-on-cluster: the stack has no Spark master (`cdcpipe stack up --spark-cluster`)")
+    possible = [f for f in (FAULTS if settings.kafka_nodes > 1 else ONE_NODE_FAULTS) if f != "spark-worker"]
+    possible += ["spark-worker"] if args.jobs_on_cluster else []
+    chosen = tuple(f for f in args.faults.split(",") if f) or tuple(possible)
+    if unknown := set(chosen) - set(possible):
+        parser.error(f"faults {sorted(unknown)} cannot happen on this stack: choose from {','.join(possible)}")
+    if args.keep_down and (settings.kafka_nodes < 3 or len({"kafka", "leader", "cluster"} & set(chosen)) > 1):
+        parser.error("--keep-down: a cluster of three Kafka nodes, and one Kafka fault of kafka, leader, cluster")
+    soak = Soak(env=stack_env(settings), settings=settings, jobs_on_cluster=args.jobs_on_cluster)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     log = args.results.with_suffix(".relays.log")
     log.write_text("")
@@ -493,6 +574,10 @@ def soak_run(
     victims = iter(DRIVERS * 1000)
     died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
     began = time.monotonic()
+
+    def restart(*killed: Service) -> None:
+        """Start what a fault stopped, and nothing else (a node `--keep-down` left down stays so)."""
+        local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None, only={k.name for k in killed})
 
     def check_alive(when: str) -> None:
         for r in relays:
@@ -558,16 +643,35 @@ def soak_run(
                     time.sleep(1)
                 cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
             elif fault == "connect":
-                replace(Connect(settings).process, stop_signal=signal.SIGKILL).stop()
-                local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
-            elif fault == "kafka":
-                Kafka(settings).process.stop()
-                time.sleep(args.kafka_down_s)
-                local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
+                worker = task_worker(soak)
+                detail["worker"] = worker.name
+                replace(worker.process, stop_signal=signal.SIGKILL).stop()
+                if settings.connect_workers > 1:  # the group's other worker takes the task, nobody typing a command
+                    detail["task_moved_s"] = round(moved(soak, worker), 1)
+                if not (args.keep_down and settings.connect_workers > 1):
+                    restart(worker)
+            elif fault in ("kafka", "leader"):
+                node, partition = busiest_leader(soak) if fault == "leader" else (rng.choice(nodes(settings)), None)
+                detail.update({"node": node.name, **({"partition": partition} if partition is not None else {})})
+                process = replace(node.process, stop_signal=signal.SIGKILL) if fault == "leader" else node.process
+                process.stop()
+                if not args.keep_down:
+                    time.sleep(args.kafka_down_s)
+                    restart(node)
+            elif fault == "cluster":
+                for node in nodes(settings):
+                    node.process.stop()
+                restart(*nodes(settings))
+            elif fault == "spark-worker":
+                executor_host = rng.choice([SparkWorker(settings, i) for i in range(settings.spark_workers)])
+                detail["worker"] = executor_host.name
+                replace(executor_host.process, stop_signal=signal.SIGKILL).stop()
+                time.sleep(2)
+                restart(executor_host)
             else:
                 replace(Postgres(settings).process, stop_signal=signal.SIGQUIT).stop()
                 time.sleep(2)
-                local_stack.up(settings, spark_cluster=spark_cluster, report=lambda _: None)
+                restart(Postgres(settings))
             detail["took_s"] = round(time.monotonic() - began - at, 1)
             faults.append(detail)
             print(json.dumps(detail), flush=True)

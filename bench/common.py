@@ -363,7 +363,8 @@ def cpu_seconds(pids: list[int]) -> float:
 def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
     """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need."""
     specs = [
-        TopicSpec(name, partitions, 1, producers=("User:relay", "User:connect"), consumers=("User:jobs",))
+        # -1: the cluster's replicas (three on a cluster of three, as production keeps them).
+        TopicSpec(name, partitions, -1, producers=("User:relay", "User:connect"), consumers=("User:jobs",))
         for name in names
     ]
     topics.apply(kafka.client_config(), specs)

@@ -29,8 +29,9 @@ class ConnectClient:
 
     def __init__(self, settings: ConnectSettings, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
+        # A group's workers each answer for the whole group: one that cannot be reached is passed over for the next.
+        self._urls = settings.connect_urls()
         self._http = httpx.Client(
-            base_url=settings.connect_url,
             timeout=settings.connect_timeout_s,
             transport=transport,
             auth=settings.basic_auth(),
@@ -132,14 +133,8 @@ class ConnectClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _once(self, method: str, path: str, **kwargs: Any) -> Any:
-        url = f"{self.settings.connect_url}{path}"
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ConnectUnavailableError(
-                f"Kafka Connect at {self.settings.connect_url} does not answer ({type(exc).__name__}); is the worker "
-                "running (`cdcpipe stack status`)? Set CDCPIPE_CONNECT_URL if it listens elsewhere."
-            ) from exc
+        response = self._send(method, path, **kwargs)
+        url = f"{self._urls[0]}{path}"
         if response.status_code < 300:
             return response.json() if response.content else None
         message = _message(response)
@@ -157,6 +152,28 @@ class ConnectClient:
         if response.status_code == 404:
             raise ConnectorNotFoundError(f"{method} {url}: {message} (`cdcpipe connectors list` shows what exists)")
         raise ConnectError(f"{method} {url} -> HTTP {response.status_code}: {message}")
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The request to the first worker that takes the connection; the one that did is tried first next time.
+
+        Only a connection never made moves on (the request was not sent): a request that may have reached a
+        worker is not sent again to another.
+        """
+        last: Exception | None = None
+        for _ in self._urls:
+            try:
+                return self._http.request(method, f"{self._urls[0]}{path}", **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                last = exc
+                self._urls.append(self._urls.pop(0))
+            except httpx.TransportError as exc:
+                last = exc
+                break
+        raise ConnectUnavailableError(
+            f"Kafka Connect at {', '.join(self._urls)} does not answer ({type(last).__name__}); is a worker running "
+            "(`cdcpipe stack status`)? Set CDCPIPE_CONNECT_URL (one URL, or a group's, comma-separated) if it "
+            "listens elsewhere."
+        ) from last
 
 
 def _q(name: str) -> str:

@@ -16,7 +16,11 @@ class ConnectSettings(StageSettings):
 
     toml_section: ClassVar[str] = "connect"
 
-    connect_url: str = Field("http://127.0.0.1:8083", description="Kafka Connect REST API")
+    connect_url: str = Field(
+        "http://127.0.0.1:8083",
+        description="Kafka Connect REST API: one worker's URL, or several of one group's, comma-separated (the "
+        "first that takes the connection answers)",
+    )
     connect_timeout_s: float = Field(30.0, gt=0, description="timeout of one REST request")
     connect_retries: int = Field(10, ge=0, description="retries of a request that met a rebalance (409)")
     connect_user: str | None = Field(None, description="user for the REST API's basic authentication")
@@ -55,6 +59,10 @@ class ConnectSettings(StageSettings):
         if self.connect_password_file is not None and not self.connect_password_file.is_file():
             raise ValueError(f"connect_password_file {self.connect_password_file}: no such file")
         return self
+
+    def connect_urls(self) -> list[str]:
+        """Each worker's URL of `connect_url`, in order, without a trailing slash."""
+        return [url.strip().rstrip("/") for url in self.connect_url.split(",") if url.strip()]
 
     def basic_auth(self) -> tuple[str, str] | None:
         """(user, password) for the REST API, or None when no user is set."""

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from infra.config import MAX_KAFKA_NODES
 from infra.errors import ServiceStartError
 
 # Service -> its system user. The Spark master and workers share one: the workers' executors run as it.
@@ -27,6 +28,8 @@ SERVICE_USERS = {
     "s3": "cdcpipe-s3",
     "spark": "cdcpipe-spark",
     "prometheus": "cdcpipe-prometheus",
+    # The further nodes of a Kafka cluster: each its own, so that none may read another's data or key.
+    **{f"kafka-{n}": f"cdcpipe-kafka-{n}" for n in range(2, MAX_KAFKA_NODES + 1)},
 }
 
 

@@ -8,13 +8,13 @@ import shlex
 import shutil
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from infra import kafka_security
 from infra.config import MAX_SPARK_WORKERS, StackSettings
 from infra.errors import PortInUseError, ServiceNotReadyError, ServiceStartError
-from infra.services import CORE_SERVICES, Collector, Postgres, Service, SparkMaster, SparkWorker
+from infra.services import CORE_SERVICES, Collector, Connect, Kafka, Postgres, Service, SparkMaster, SparkWorker
 from infra.services.base import JOBS_ROLE, MONITOR_ROLE, RELAY_ROLE, ROLE_SECRETS, WRITER_ROLE
 from infra.services.connect import REST_USER
 from infra.services.object_store import ACCESS_KEY, BUCKET, REGION, secret_key
@@ -31,9 +31,16 @@ def services(
     Without `workers`, every worker there may be (what `status` and `down` look for: the pid files say
     which ran). `collector`: the collector's command (the monitor's, given by the CLI above the stack).
     """
-    found: list[Service] = [
-        Collector(settings, collector) if cls is Collector else cls(settings) for cls in CORE_SERVICES
-    ]
+    found: list[Service] = []
+    for cls in CORE_SERVICES:
+        if cls is Collector:
+            found.append(Collector(settings, collector))
+        elif cls is Kafka:
+            found += [Kafka(settings, i) for i in range(settings.kafka_nodes)]
+        elif cls is Connect:
+            found += [Connect(settings, i) for i in range(settings.connect_workers)]
+        else:
+            found.append(cls(settings))
     if spark_cluster:
         found.append(SparkMaster(settings))
         found += [SparkWorker(settings, i) for i in range(workers or MAX_SPARK_WORKERS)]
@@ -78,12 +85,18 @@ class Started:
 
 
 def up(
-    settings: StackSettings, *, spark_cluster: bool = False, report: Report = print, collector: Sequence[str] = ()
+    settings: StackSettings,
+    *,
+    spark_cluster: bool = False,
+    report: Report = print,
+    collector: Sequence[str] = (),
+    only: Collection[str] | None = None,
 ) -> list[Started]:
     """Start each service that is not running, one after another, each only once the previous is healthy.
 
     Without the collector's `collector` command (a restart of the services a fault took down, say), a collector
-    that is not running is left so, and said.
+    that is not running is left so, and said. `only`: the names of the services to start (the others are left
+    as they are).
     """
     for folder in (settings.state, settings.logs, settings.run_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -91,33 +104,55 @@ def up(
     # so a group's or an ACL's grant, as the Spark workers' user gets, stays).
     settings.lake.mkdir(parents=True, exist_ok=True)
     settings.lake.chmod(settings.lake.stat().st_mode & 0o770)
+    if not settings.topology_made():
+        settings.record_topology()  # before any data is made for it
     results = []
+    wanted: list[Service] = []
     for service in services(settings, spark_cluster=spark_cluster, workers=settings.spark_workers, collector=collector):
+        if only is not None and service.name not in only:
+            continue
         if isinstance(service, Collector) and not collector and service.process.pid() is None:
             report(f"{service.name:<15} not started: `cdcpipe stack up` starts it")
             continue
-        results.append(_start_one(service, settings, report))
+        wanted.append(service)
+    launched: dict[str, tuple[float, int, bool]] = {}
+    for position, service in enumerate(wanted):
+        if service.name not in launched:
+            # The nodes of a quorum start together (none is healthy alone); anything else once the one before is.
+            peers = [service]
+            if service.starts_with_peers:
+                peers += [p for p in wanted[position + 1 :] if p.kind == service.kind]
+            for peer in peers:
+                launched[peer.name] = _launch(peer)
+        results.append(_finish(service, settings, report, *launched[service.name]))
     return results
 
 
-def _start_one(service: Service, settings: StackSettings, report: Report) -> Started:
+def _launch(service: Service) -> tuple[float, int, bool]:
+    """Start the service unless it runs: (when, its pid, whether it ran already)."""
     started = time.monotonic()
     pid = service.process.pid()
-    already = pid is not None
-    if pid is None:
-        for spec in service.ports:
-            if not wait_port_free(spec.port):
-                raise PortInUseError(service.name, spec.port, spec.setting)
-        service.prepare()
-        pid = service.process.start(
-            service.command(),
-            env=service.environment(),
-            cwd=service.cwd(),
-            user=service.run_as(),
-            # What a service writes (Kafka's segments, the object store's objects, Connect's and Spark's files)
-            # is its own: no other local user may read the events in it, whatever the caller's umask.
-            umask=0o077,
-        )
+    if pid is not None:
+        return started, pid, True
+    for spec in service.ports:
+        if not wait_port_free(spec.port):
+            raise PortInUseError(service.name, spec.port, spec.setting)
+    service.prepare()
+    pid = service.process.start(
+        service.command(),
+        env=service.environment(),
+        cwd=service.cwd(),
+        user=service.run_as(),
+        # What a service writes (Kafka's segments, the object store's objects, Connect's and Spark's files)
+        # is its own: no other local user may read the events in it, whatever the caller's umask.
+        umask=0o077,
+    )
+    return started, pid, False
+
+
+def _finish(
+    service: Service, settings: StackSettings, report: Report, started: float, pid: int, already: bool
+) -> Started:
     _wait_healthy(service, settings.start_timeout_s)
     service.after_healthy()
     seconds = time.monotonic() - started

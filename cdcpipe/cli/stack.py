@@ -25,10 +25,19 @@ def stack_up(
     workers: int | None = typer.Option(
         None, "--workers", help="Spark workers to start with --spark-cluster (default: CDCPIPE_SPARK_WORKERS, 1)"
     ),
+    cluster: bool = typer.Option(
+        False,
+        "--cluster",
+        help="a production-shaped stack: 3 Kafka nodes (3 replicas, 2 in sync), 2 Connect workers in one group, "
+        "the Spark master and 2 workers",
+    ),
 ) -> None:
     """Start every service not yet running, one at a time, each once the previous is healthy."""
-    settings = StackSettings.load(**({"spark_workers": workers} if workers is not None else {}))
-    stack.up(settings, spark_cluster=spark_cluster, report=typer.echo, collector=collector.COMMAND)
+    overrides: dict[str, int] = {"kafka_nodes": 3, "connect_workers": 2, "spark_workers": 2} if cluster else {}
+    if workers is not None:
+        overrides["spark_workers"] = workers
+    settings = StackSettings.load(**overrides)
+    stack.up(settings, spark_cluster=spark_cluster or cluster, report=typer.echo, collector=collector.COMMAND)
 
 
 @app.command("status")

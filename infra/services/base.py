@@ -73,6 +73,10 @@ class Service(ABC):
     """One process of the stack."""
 
     name: str
+    # What it is, when several of a kind run (kafka, kafka-2...): names its metrics rules (infra/jmx/<kind>.yml).
+    kind: str = ""
+    # Started together with the services of its kind before any is waited for (the nodes of a quorum).
+    starts_with_peers: bool = False
     # Its key in infra.service_user.SERVICE_USERS: whose system user it runs as when started as root.
     system_user: str = ""
     stop_signal: signal.Signals = signal.SIGTERM
@@ -192,7 +196,7 @@ class Service(ABC):
         """For `prepare`: the agent's rules (infra/jmx/<service>.yml) beside the service's other config."""
         conf = self._jmx_config()
         conf.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(JMX_CONFIGS / f"{self.name}.yml", conf)
+        shutil.copyfile(JMX_CONFIGS / f"{self.kind or self.name}.yml", conf)
 
     def _write_log4j(self) -> None:
         conf = self.settings.state / "conf"

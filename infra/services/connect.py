@@ -30,25 +30,40 @@ DEBEZIUM_POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnecto
 
 
 class Connect(Service):
-    """One Kafka Connect worker in distributed mode, with Debezium's PostgreSQL connector as a plugin."""
+    """One Kafka Connect worker (the Nth of `connect_workers`, one group), with Debezium's connector as a plugin."""
 
     name = "connect"
+    kind = "connect"
+    # The workers of a group share one user: they hold the same Kafka and REST credentials, and a task may move to
+    # any of them.
     system_user = "connect"
+
+    def __init__(self, settings: StackSettings, index: int = 0) -> None:
+        self.index = index
+        if index:
+            self.name = f"connect-{index + 1}"
+        super().__init__(settings)
+
+    @property
+    def rest_port(self) -> int:
+        return self.settings.node_port(self.settings.connect_port, self.index)
 
     @property
     def ports(self) -> list[PortSpec]:
-        ports = [PortSpec(self.settings.connect_port, "CDCPIPE_CONNECT_PORT")]
+        ports = [PortSpec(self.rest_port, "CDCPIPE_CONNECT_PORT")]
         if self.settings.connect_metrics_port:
-            ports.append(PortSpec(self.settings.connect_metrics_port, "CDCPIPE_CONNECT_METRICS_PORT"))
+            metrics = self.settings.node_port(self.settings.connect_metrics_port, self.index)
+            ports.append(PortSpec(metrics, "CDCPIPE_CONNECT_METRICS_PORT"))
         return ports
 
     @property
     def address(self) -> str:
-        return self.settings.connect_url
+        return f"http://127.0.0.1:{self.rest_port}"
 
     @property
     def config_file(self) -> Path:
-        return self.settings.state / "conf" / "connect-distributed.properties"
+        name = "connect-distributed" if not self.index else f"connect-distributed-{self.index + 1}"
+        return self.settings.state / "conf" / f"{name}.properties"
 
     def prepare(self) -> None:
         self._write_log4j()
@@ -72,9 +87,10 @@ class Connect(Service):
                 {
                     **clients,
                     "group.id": kafka_security.CONNECT_GROUP,
-                    "listeners": s.connect_url,
+                    "listeners": self.address,
+                    # Where the other workers reach this one (a request a follower forwards to the leader).
                     "rest.advertised.host.name": "127.0.0.1",
-                    "rest.advertised.port": s.connect_port,
+                    "rest.advertised.port": self.rest_port,
                     # Keys are plain strings (the outbox aggregate id); values plain JSON without an envelope.
                     "key.converter": "org.apache.kafka.connect.storage.StringConverter",
                     "value.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -82,11 +98,17 @@ class Connect(Service):
                     "config.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}configs",
                     "offset.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}offsets",
                     "status.storage.topic": f"{kafka_security.CONNECT_INTERNAL_TOPIC_PREFIX}status",
-                    "config.storage.replication.factor": 1,
-                    "offset.storage.replication.factor": 1,
-                    "status.storage.replication.factor": 1,
+                    # The cluster's replicas (three of three nodes or more): the group's configs and source offsets
+                    # outlive a node.
+                    "config.storage.replication.factor": s.replicas,
+                    "offset.storage.replication.factor": s.replicas,
+                    "status.storage.replication.factor": s.replicas,
                     "offset.storage.partitions": 5,
                     "status.storage.partitions": 1,
+                    # A worker that left the group gets its tasks back if it returns within this, else they move to
+                    # the others: Kafka's 5 minutes would leave a dead worker's connectors idle that long; 15 s
+                    # still lets a worker restart (a deploy) keep its tasks.
+                    "scheduled.rebalance.max.delay.ms": 15000,
                     # How often source offsets are committed: the bound on what is sent again after a crash.
                     "offset.flush.interval.ms": 1000,
                     "plugin.path": plugins,
@@ -151,22 +173,22 @@ class Connect(Service):
             str(self.config_file),
             options=[
                 f"-Djava.security.auth.login.config={self.jaas_file}",
-                *self._metrics_agent(self.settings.connect_metrics_port),
+                *self._metrics_agent(self.ports[1].port if self.settings.connect_metrics_port else 0),
             ],
         )
 
     def check_health(self) -> None:
         try:
             auth = (REST_USER, rest_password(self.settings))
-            root = httpx.get(f"{self.settings.connect_url}/", timeout=3, auth=auth)
-            plugins = httpx.get(f"{self.settings.connect_url}/connector-plugins", timeout=5, auth=auth)
+            root = httpx.get(f"{self.address}/", timeout=3, auth=auth)
+            plugins = httpx.get(f"{self.address}/connector-plugins", timeout=5, auth=auth)
         except httpx.HTTPError as exc:
-            raise ServiceNotReadyError(f"connect: REST API at {self.settings.connect_url} not answering yet") from exc
+            raise ServiceNotReadyError(f"{self.name}: REST API at {self.address} not answering yet") from exc
         if root.status_code != 200 or plugins.status_code != 200:
-            raise ServiceNotReadyError(f"connect: REST API answers {root.status_code}/{plugins.status_code}")
+            raise ServiceNotReadyError(f"{self.name}: REST API answers {root.status_code}/{plugins.status_code}")
         classes = {p["class"] for p in plugins.json()}
         if DEBEZIUM_POSTGRES_CONNECTOR not in classes:
             raise ServiceStartError(
-                f"connect: the worker is up but {DEBEZIUM_POSTGRES_CONNECTOR} is not among its plugins "
+                f"{self.name}: the worker is up but {DEBEZIUM_POSTGRES_CONNECTOR} is not among its plugins "
                 f"({sorted(classes)}); check {self.settings.lib / 'plugins'} and run `make install`"
             )

@@ -52,9 +52,16 @@ def scrape_config(settings: StackSettings) -> dict[str, object]:
             # not renamed `exported_job` under the scrape's own (the alerts and the page name the job by it).
             {**static("cdcpipe-collector", collector_port(settings)), "honor_labels": True},
             static("cdcpipe-relay", settings.relay_metrics_port),
+            # Every Kafka node and every Connect worker, one target each (their `instance` tells them apart).
             *[
-                static(name, port)
-                for name, port in (("kafka", settings.kafka_metrics_port), ("connect", settings.connect_metrics_port))
+                {
+                    "job_name": name,
+                    "static_configs": [{"targets": [f"127.0.0.1:{settings.node_port(port, n)}" for n in range(count)]}],
+                }
+                for name, port, count in (
+                    ("kafka", settings.kafka_metrics_port, settings.kafka_nodes),
+                    ("connect", settings.connect_metrics_port, settings.connect_workers),
+                )
                 if port
             ],
             # A table group's driver labels each table's series with that table's job: kept over the target's.

@@ -67,3 +67,32 @@ def test_a_worker_that_is_down_is_named() -> None:
     settings = ConnectSettings.load(connect_url="http://127.0.0.1:9", connect_timeout_s=2)
     with pytest.raises(ConnectUnavailableError, match=r"http://127.0.0.1:9 does not answer"):
         ConnectClient(settings).connectors()
+
+
+def test_a_group_worker_that_is_down_is_passed_over_and_the_one_that_answered_is_asked_first() -> None:
+    asked = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.port)
+        if request.url.port == 8083:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json=["a"])
+
+    settings = ConnectSettings.load(connect_url="http://127.0.0.1:8083, http://127.0.0.1:8183/")
+    with ConnectClient(settings, transport=httpx.MockTransport(handler)) as connect:
+        assert connect.connectors() == ["a"]
+        assert connect.connectors() == ["a"]
+    assert asked == [8083, 8183, 8183]
+
+
+def test_a_request_that_may_have_reached_a_worker_is_not_sent_to_another() -> None:
+    asked = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.port)
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    settings = ConnectSettings.load(connect_url="http://127.0.0.1:8083,http://127.0.0.1:8183")
+    with pytest.raises(ConnectUnavailableError, match=r"8083, http://127.0.0.1:8183 does not answer \(ReadTimeout\)"):
+        ConnectClient(settings, transport=httpx.MockTransport(handler)).delete("x")
+    assert asked == [8083]
