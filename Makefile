@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install install-base install-demo class-archive lint typecheck check test unit demo up down status bench chaos clean docs
+.PHONY: help install install-base install-demo class-archive lint typecheck check test unit demo up down status bench chaos chaos-cluster clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
@@ -15,6 +15,7 @@ help:
 	@echo "make unit       the tests that need nothing running"
 	@echo "make bench      the benchmarks (JSON and plots in bench/results/)"
 	@echo "make chaos      a 10-minute soak: every job kind under load while the pipeline's parts are killed; checks each against Postgres"
+	@echo "make chaos-cluster   the soak on 3 Kafka nodes, 2 Connect workers and 2 Spark workers, with each's faults"
 	@echo "make up|status|down   the local stack (cdcpipe stack ...)"
 	@echo "make lock       re-pin the full Python dependency closure into infra/python.lock"
 	@echo "make docs       regenerate the settings reference in docs/configuration.md from the settings models"
@@ -110,3 +111,11 @@ bench: install
 chaos: install
 	$(CDCPIPE) stack up
 	$(PY) bench/chaos.py
+
+# The soak on production's shape: three Kafka nodes, two Connect workers, the jobs' executors on two Spark workers,
+# every fault of bench/chaos.py. In a home of its own (.stack/cluster, sharing the jars): the one-node stack stops first.
+chaos-cluster: install
+	$(CDCPIPE) stack down
+	mkdir -p .stack/cluster && ln -sfn ../lib .stack/cluster/lib && ln -sfn ../bin .stack/cluster/bin
+	CDCPIPE_HOME=$(CURDIR)/.stack/cluster $(CDCPIPE) stack up --cluster
+	CDCPIPE_HOME=$(CURDIR)/.stack/cluster $(PY) bench/chaos.py --jobs-on-cluster --results bench/results/chaos-cluster.json

@@ -87,12 +87,18 @@ class PipelineCollector(Collector):
         )
 
     def heal(self) -> None:
-        """Restart the tasks due a restart (Connect not answering: nothing now, the next call tries again)."""
+        """Restart the tasks due a restart (Connect not answering: nothing now, the next call tries again).
+
+        Nothing it meets ends the healing: an error it did not expect is logged with its trace, and the next call
+        tries again (a healer thread that died would leave every failed task failed, saying nothing).
+        """
         try:
             with ConnectClient(self.connect) as client:
                 self.healer.tick(client)
         except ConnectError as exc:
             log.debug("heal: Connect did not answer: %s", exc)
+        except Exception:
+            log.exception("heal: failed; tried again in %s s", self.settings.heal_every_s)
 
     def _postgres(self) -> tuple[list[SlotStatus], readings.Reading[RelayStatus]]:
         """The slots, and the outbox apart (it may not exist yet, or the monitor role not read it yet)."""

@@ -36,6 +36,15 @@ FETCH = {
     "kafka.fetch.max.wait.ms": "0",
 }
 
+# A partition leader's death: the driver's offset lookups (an admin client) and the tasks' fetches each wait for a
+# request to the dead node to time out before they ask the new leader. At Kafka's defaults (a request 30 s, a whole
+# call 60 s) every job stood still a minute or more after a leader's SIGKILL (bench/chaos.py on
+# `stack up --cluster`, the `leader` fault); with these a lookup gives up in 20 s and Spark tries it again.
+FAILOVER = {
+    "kafka.request.timeout.ms": "15000",
+    "kafka.default.api.timeout.ms": "20000",
+}
+
 
 class JobsSettings(StageSettings):
     """What a job runs with: its Spark session (jars from disk, nothing downloaded at run time), lake and files."""
@@ -168,8 +177,11 @@ class JobsSettings(StageSettings):
         return env
 
     def kafka_reader_options(self) -> dict[str, str]:
-        """Spark's Kafka source options: the cluster's client settings, and fetches sized for a batch (`FETCH`)."""
-        return {**FETCH, **self.kafka.spark_options()}
+        """Spark's Kafka source options: the cluster's client settings, `FETCH` and `FAILOVER`.
+
+        The client file's own settings win over both.
+        """
+        return {**FETCH, **FAILOVER, **self.kafka.spark_options()}
 
     def lake_root(self) -> LakePath:
         """The lake, with what reaching it takes (its store's settings, the writer leases' Postgres)."""

@@ -1,8 +1,11 @@
-"""The short chaos soak on a production-shaped cluster: every job kind under every fault, checked against Postgres.
+"""The short chaos soak on a cluster: every job kind under load through the faults, checked against Postgres.
 
-Three Kafka nodes (three replicas, two in sync), two Connect workers in one group, the Spark master and two workers
-running the jobs' executors (`stack up --cluster`), in a home of its own on the stack's ports: the suite's
-one-node stack is stopped first, and this runs last of all. `make chaos` is the long soak.
+Three Kafka nodes (three replicas, two in sync) and two Connect workers in one group, in a home of its own on the
+stack's ports (the suite's one-node stack is stopped first; this runs last of all). One rotation of the faults a
+cluster meets most: the busiest partition's leader SIGKILLed and left down, the Connect worker running the task
+SIGKILLed and left down (the other takes the task), the leading relay, a job's driver and Postgres killed; nothing
+restarted by hand. `make chaos-cluster` is the long soak with every fault (a node down past the relay's delivery
+timeout, the whole Kafka cluster restarted, a Spark worker under the jobs' executors); `make chaos` on one node.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle, pytest.mark.leaves_stack_down]
 
-FAULTS = {"relay", "job", "connect", "kafka", "postgres", "leader", "cluster", "spark-worker"}
+FAULTS = ("relay", "job", "postgres", "connect", "leader")
 KINDS = {"event_log", "latest_state", "projection", "table_mirror", "table_history"}
 
 
@@ -41,12 +44,15 @@ def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("CDCPIPE_", "AWS_")) and k != "PGPASSFILE"},
         "CDCPIPE_HOME": str(home),
+        # `stack up --cluster`'s Kafka and Connect (its Spark cluster left out: these jobs run in their drivers).
+        "CDCPIPE_KAFKA_NODES": "3",
+        "CDCPIPE_CONNECT_WORKERS": "2",
     }
     results = tmp_path / "chaos.json"
     try:
-        up = cdcpipe("stack", "up", "--cluster", env=env)
+        up = cdcpipe("stack", "up", env=env)
         assert up.returncode == 0, up.stdout + up.stderr
-        for node in ("kafka", "kafka-2", "kafka-3", "connect", "connect-2", "spark-worker-2"):
+        for node in ("kafka", "kafka-2", "kafka-3", "connect", "connect-2"):
             assert any(line.startswith(f"{node} ") for line in up.stdout.splitlines()), up.stdout
         cluster = parse_exports(cdcpipe("stack", "env", env=env).stdout)
         assert len(cluster["CDCPIPE_KAFKA_BOOTSTRAP"].split(",")) == 3, cluster["CDCPIPE_KAFKA_BOOTSTRAP"]
@@ -63,18 +69,18 @@ def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack
             [
                 sys.executable,
                 str(BENCH / "chaos.py"),
-                # One rotation of the eight faults (chaos.py finishes a rotation it began), each 1 s after the last had
-                # recovered; the load runs all along (each fault takes seconds, the writes go on through it). A node
-                # stays down 12 s: past the relay's delivery timeout (10 s).
+                # One rotation of the five faults (chaos.py finishes a rotation it began), each 1 s after the last had
+                # recovered; the load (20 deposits a second) runs all along. The dead node and worker stay down to the
+                # end (`--keep-down`).
                 "--minutes",
                 "0.1",
                 "--rate",
-                "50",
+                "20",
                 "--every",
                 "1",
-                "--kafka-down-s",
-                "12",
-                "--jobs-on-cluster",
+                "--keep-down",
+                "--faults",
+                ",".join(FAULTS),
                 "--results",
                 str(results),
             ],
@@ -89,7 +95,8 @@ def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack
     assert results.exists(), f"the soak wrote no result:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     result = json.loads(results.read_text())
     faults = {f["fault"]: f for f in result["faults"]}
-    assert set(faults) == FAULTS, result["faults"]
+    assert set(faults) == set(FAULTS), result["faults"]
+    assert faults["leader"]["node"].startswith("kafka"), faults["leader"]
     # The Connect group's other worker took the task (chaos.py fails the run if it did not within 120 s).
     assert "task_moved_s" in faults["connect"], faults["connect"]
     assert set(result["kinds"]) == KINDS

@@ -76,3 +76,26 @@ def test_scrapes_serve_the_last_reading_and_never_a_stale_one(tmp_path: Path, mo
     now = time.monotonic()
     monkeypatch.setattr(time, "monotonic", lambda: now + 3 * 2 + 1 + 1)  # three reads and a timeout later
     assert scrape(collector) == {}, "a stale reading is not served: the alerts on absent series fire"
+
+
+def test_an_error_the_healer_did_not_expect_is_logged_and_the_next_turn_heals_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector = PipelineCollector(
+        MonitorSettings(monitor_pg_dsn=DOWN_DSN, monitor_timeout_s=1),
+        ConnectSettings(connect_url=DOWN_URL),
+        OutboxNames(),
+        JobsSettings(run_dir=tmp_path / "run", metrics_targets_dir=tmp_path / "targets"),
+    )
+    turns: list[int] = []
+
+    def tick(_: object) -> None:
+        turns.append(len(turns))
+        if len(turns) == 1:
+            raise ValueError("an answer it did not expect")
+
+    monkeypatch.setattr(collector.healer, "tick", tick)
+    collector.heal()  # the healer thread's turn: it must not end the thread
+    collector.heal()
+    assert turns == [0, 1]
+    assert "heal: failed" in caplog.text and "an answer it did not expect" in caplog.text

@@ -145,3 +145,5 @@ def test_a_jobs_kafka_reads_never_wait_on_the_broker_cap_their_polls_and_keep_th
     assert int(options["kafka.max.poll.records"]) <= 2000
     assert (options["kafka.bootstrap.servers"], options["kafka.security.protocol"]) == ("broker:9093", "SASL_SSL")
     assert 'username="jobs"' in options["kafka.sasl.jaas.config"]
+    # A dead partition leader holds a lookup 20 s at most (Kafka's 60 s held every job a minute and more).
+    assert (options["kafka.default.api.timeout.ms"], options["kafka.request.timeout.ms"]) == ("20000", "15000")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cdcpipe import cli
 from ground.errors import CdcpipeError
+from infra.config import StackSettings
 from tests.support.stack import EXAMPLE_FOLDERS
 
 # Nothing listens on port 9 here: each service is refused at once, as when the stack is down.
@@ -119,3 +121,22 @@ def test_jobs_submit_help_says_where_the_log_is() -> None:
     assert result.exit_code == 0
     assert "CDCPIPE_RUN_DIR/NAME.pid, NAME.log" in result.output
     assert "_jobs/" not in result.output
+
+
+def test_stack_up_cluster_asks_for_three_nodes_two_connect_workers_and_the_spark_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from cdcpipe.cli import stack as stack_cli
+
+    asked: dict[str, object] = {}
+
+    def up(settings: StackSettings, *, spark_cluster: bool, **_: object) -> list[object]:
+        asked.update(nodes=settings.kafka_nodes, workers=settings.connect_workers, spark=settings.spark_workers)
+        asked["spark_cluster"] = spark_cluster
+        return []
+
+    monkeypatch.setenv("CDCPIPE_HOME", str(tmp_path))
+    monkeypatch.setattr(stack_cli.stack, "up", up)
+    result = CliRunner().invoke(cli.app, ["stack", "up", "--cluster"])
+    assert result.exit_code == 0, result.output
+    assert asked == {"nodes": 3, "workers": 2, "spark": 2, "spark_cluster": True}
