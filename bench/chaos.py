@@ -83,6 +83,10 @@ FAULTS = ("relay", "job", "connect", "kafka", "postgres", "leader", "cluster", "
 ONE_NODE_FAULTS = FAULTS[:5]  # the default on a one-node stack
 GROUP = "tables"  # the table group running the table kinds' jobs
 DRIVERS = ("event_log", "latest_state", "projection", GROUP)
+KIND_DRIVER = {"event_log": "event_log", "latest_state": "latest_state", "projection": "projection"} | {
+    "table_mirror": GROUP,
+    "table_history": GROUP,
+}
 CATCH_UP_S = 600.0
 RECOVERY_S = 120.0  # how long a connector task may take to run again after a fault before the next one
 
@@ -161,6 +165,7 @@ class Soak:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     relays: list[subprocess.Popen[bytes]] = field(default_factory=list)
     jobs_on_cluster: bool = False  # the jobs' executors on the stack's Spark workers, not in their drivers
+    drivers: tuple[str, ...] = DRIVERS  # the jobs run (the event log always: it says which cut-off commits landed)
 
     @property
     def schema(self) -> str:
@@ -481,7 +486,7 @@ def verdicts(soak: Soak, generator: Generator) -> dict[str, checks.Verdict]:
     maybe = {e.event_id for e in generator.maybe}
     # A cut-off commit landed if its event did: the table's update and the event are one transaction.
     landed = generator.committed + [e for e in generator.maybe if e.event_id in in_log]
-    return {
+    found = {
         "event_log": checks.event_log({e.event_id for e in generator.committed}, maybe, logged),
         "latest_state": checks.latest_state(
             landed, delta_rows(soak.table("latest_state"), ["aggregate_id", "event_id"])
@@ -497,6 +502,7 @@ def verdicts(soak: Soak, generator: Generator) -> dict[str, checks.Verdict]:
             table, delta_rows(soak.table("table_history"), ["id", "changes", "_lsn", "is_current"])
         ),
     }
+    return {kind: verdict for kind, verdict in found.items() if KIND_DRIVER[kind] in soak.drivers}
 
 
 def main() -> None:
@@ -526,8 +532,16 @@ def main() -> None:
         help="leave a killed Kafka node or Connect worker down to the end: the cluster runs on without it (then at "
         "most one Kafka fault: a second would leave fewer nodes than min.insync.replicas)",
     )
+    parser.add_argument(
+        "--drivers",
+        default=",".join(DRIVERS),
+        help=f"the jobs to run, of {','.join(DRIVERS)} ({GROUP}: the table group's mirror and history); event_log always",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
+    drivers = tuple(d for d in DRIVERS if d in args.drivers.split(","))
+    if "event_log" not in drivers or set(args.drivers.split(",")) - set(DRIVERS):
+        parser.error(f"--drivers: some of {','.join(DRIVERS)}, event_log among them")
     settings = StackSettings.load()
     if args.jobs_on_cluster and SparkMaster(settings).process.pid() is None:
         parser.error("--jobs-on-cluster: the stack has no Spark master (`cdcpipe stack up --spark-cluster`)")
@@ -538,7 +552,7 @@ def main() -> None:
         parser.error(f"faults {sorted(unknown)} cannot happen on this stack: choose from {','.join(possible)}")
     if args.keep_down and (settings.kafka_nodes < 3 or len({"kafka", "leader", "cluster"} & set(chosen)) > 1):
         parser.error("--keep-down: a cluster of three Kafka nodes, and one Kafka fault of kafka, leader, cluster")
-    soak = Soak(env=stack_env(settings), settings=settings, jobs_on_cluster=args.jobs_on_cluster)
+    soak = Soak(env=stack_env(settings), settings=settings, jobs_on_cluster=args.jobs_on_cluster, drivers=drivers)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     log = args.results.with_suffix(".relays.log")
     log.write_text("")
@@ -563,7 +577,7 @@ def soak_run(
 
     relays = soak.relays
     relays += [relay(), relay()]
-    for driver in DRIVERS:
+    for driver in soak.drivers:
         cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
     generator = Generator(soak.dsn, soak.names, soak.accounts, args.rate, args.seed)
     generator.committed.extend(opened)
@@ -571,7 +585,7 @@ def soak_run(
     rng = random.Random(args.seed)  # noqa: S311 - a reproducible fault order, not a secret
     faults: list[dict[str, Any]] = []
     rotation: list[str] = []
-    victims = iter(DRIVERS * 1000)
+    victims = iter(soak.drivers * 1000)
     died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
     began = time.monotonic()
 
@@ -584,11 +598,11 @@ def soak_run(
             if r.poll() is not None:
                 died.append(f"relay pid {r.pid} exited by itself ({r.returncode}) before {when}")
                 relays[relays.index(r)] = relay()
-        for driver in DRIVERS:
+        for driver in soak.drivers:
             if job_pid(soak, driver) is None:
                 died.append(f"job {soak.job(driver)} stopped by itself before {when}; see its log under {soak.work}")
                 cdcpipe(soak.job_env, "jobs", "submit", soak.job(driver))
-        parked = _parked(soak)
+        parked = _parked(soak) if GROUP in soak.drivers else {}
         if parked:  # a table of the group stopped by an error: a finding; the group started again to go on
             died.append(f"group {soak.job(GROUP)} parked {parked} before {when}; see its log under {soak.work}")
             cdcpipe(soak.job_env, "jobs", "stop", soak.job(GROUP))
@@ -727,7 +741,7 @@ def soak_run(
 
 def stop_parts(soak: Soak) -> None:
     """Stop the run's jobs and relays (also when the run failed: nothing of it may outlive it)."""
-    for driver in DRIVERS:
+    for driver in soak.drivers:
         with contextlib.suppress(SystemExit):
             cdcpipe(soak.job_env, "jobs", "stop", soak.job(driver))
     for r in soak.relays:

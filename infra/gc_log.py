@@ -37,9 +37,11 @@ class Pause:
 def log_file(logs: Path, service: str) -> Path:
     """Where a service's JVM writes its pauses.
 
-    A folder of their own, which the JVM (maybe not run as the stack's caller) may write and rotate files in.
+    A folder of the service's own, which its JVM (maybe run as a system user of its own) may write and rotate files
+    in. One folder for all, handed to each service in turn, left the JVMs started before the last unable to rotate
+    their files, and a Kafka node starting beside another unable to open its file at all.
     """
-    return logs / "gc" / f"{service}.log"
+    return logs / "gc" / service / f"{service}.log"
 
 
 def gc_flags(log_file: Path) -> list[str]:

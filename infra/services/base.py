@@ -128,6 +128,7 @@ class Service(ABC):
         """The GC log folder belongs to whoever runs the JVMs: HotSpot rotates its files by renaming them."""
         folder = gc_log.log_file(self.settings.logs, self.name).parent
         folder.mkdir(parents=True, exist_ok=True)
+        folder.parent.chmod(0o755)  # logs/gc: the stack's owner's; each service's folder in it its own
         hand_over(self.run_as(), folder)
 
     def after_healthy(self) -> None:  # noqa: B027 - optional hook

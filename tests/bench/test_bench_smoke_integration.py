@@ -2,7 +2,8 @@
 
 Each writes its results into a folder of the test's own (CDCPIPE_BENCH_RESULTS), never over the figures in
 bench/results/. Only that it runs to the end and reports what it measured is checked here: the figures of a
-tiny run on a busy machine say nothing. `bench/chaos.py` has its own short run (test_chaos_integration); the
+tiny run on a busy machine say nothing. `bench/chaos.py` has its own short run (test_chaos_integration), and
+`bench/replication_bench.py` runs there, on the cluster it needs; the
 benches that restart the stack run in tests/infra/test_stack_lifecycle.py, within its one down/up cycle.
 """
 

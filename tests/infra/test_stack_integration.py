@@ -230,6 +230,8 @@ def test_each_jvm_logs_its_pauses_where_the_benchmark_reads_them(stack: Stack, s
     found = pauses(log)
     assert found, log.read_text()[:2000]
     assert all(p.kind.startswith("Pause") and p.ms > 0 for p in found)
+    # Its folder is its JVM's (HotSpot rotates the file by renaming it), whoever else's JVM started after it.
+    assert log.parent.stat().st_uid == log.stat().st_uid, f"{log.parent} is not its JVM's user's"
 
 
 def test_prometheus_keeps_a_bounded_history(stack: Stack) -> None:

@@ -126,7 +126,7 @@ def test_jobs_submit_help_says_where_the_log_is() -> None:
 def test_stack_up_cluster_asks_for_three_nodes_two_connect_workers_and_the_spark_cluster(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from cdcpipe.cli import stack as stack_cli
+    from infra import stack as local_stack
 
     asked: dict[str, object] = {}
 
@@ -136,7 +136,7 @@ def test_stack_up_cluster_asks_for_three_nodes_two_connect_workers_and_the_spark
         return []
 
     monkeypatch.setenv("CDCPIPE_HOME", str(tmp_path))
-    monkeypatch.setattr(stack_cli.stack, "up", up)
+    monkeypatch.setattr(local_stack, "up", up)
     result = CliRunner().invoke(cli.app, ["stack", "up", "--cluster"])
     assert result.exit_code == 0, result.output
     assert asked == {"nodes": 3, "workers": 2, "spark": 2, "spark_cluster": True}
