@@ -184,7 +184,8 @@ class StackSettings(StageSettings):
         try:
             recorded = json.loads((self.state / TOPOLOGY_FILE).read_text())
         except FileNotFoundError:
-            return {}
+            # A stack made before the counts were kept has one node's data, if it has any.
+            return dict.fromkeys(TOPOLOGY, 1) if (self.state / "kafka" / "meta.properties").exists() else {}
         return {name: int(recorded[name]) for name in TOPOLOGY if name in recorded}
 
     def record_topology(self) -> None:

@@ -53,3 +53,11 @@ def test_the_stack_keeps_the_node_counts_it_was_made_with(tmp_path: Path) -> Non
     assert StackSettings.load(home=tmp_path, kafka_nodes=3).connect_workers == 2
     with pytest.raises(ConfigError, match=r"was made with kafka_nodes=3, and 1 is asked.*stack down --purge"):
         StackSettings.load(home=tmp_path, kafka_nodes=1)
+
+
+def test_a_stack_made_before_the_counts_were_kept_is_one_nodes(tmp_path: Path) -> None:
+    (tmp_path / "state" / "kafka").mkdir(parents=True)
+    (tmp_path / "state" / "kafka" / "meta.properties").write_text("node.id=1\n")
+    assert StackSettings.load(home=tmp_path).kafka_nodes == 1
+    with pytest.raises(ConfigError, match=r"was made with kafka_nodes=1, and 3 is asked"):
+        StackSettings.load(home=tmp_path, kafka_nodes=3)
