@@ -107,8 +107,8 @@ def _members(group: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {m["name"]: m for m in members}
 
 
-# Twenty tables' snapshot, a restart and their catch-ups: 330 s alone, up to twice that on a loaded machine.
-@pytest.mark.timeout(900)
+# Twenty tables' snapshot, a restart and their catch-ups: 330 to 520 s alone, more on a loaded machine.
+@pytest.mark.timeout(1200)
 def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_alone(
     stack: Stack, outbox: Outbox, tmp_path: Path
 ) -> None:
@@ -145,7 +145,7 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             for day in range(3, 8):
                 rental_schema.business(conn, schema, day)
-        wait_until(converged(*rental_schema.TABLES), 420, "every mirror of the group to equal its table")
+        wait_until(converged(*rental_schema.TABLES), 600, "every mirror of the group to equal its table")
         assert sorted(_members(group, env)) == sorted(job[t] for t in rental_schema.TABLES)
         assert status(group, env)["running"] is True
 
