@@ -81,7 +81,12 @@ class Service(ABC):
     system_user: str = ""
     stop_signal: signal.Signals = signal.SIGTERM
 
-    def __init__(self, settings: StackSettings) -> None:
+    def __init__(self, settings: StackSettings, index: int = 0) -> None:
+        # The Nth (0-based) of its kind when several run (Kafka nodes, Connect and Spark workers): the first keeps
+        # the kind's name, the Nth is `<name>-N`, with its own pid file and log.
+        self.index = index
+        if index:
+            self.name = f"{type(self).name}-{index + 1}"
         self.settings = settings
         self.process = TrackedProcess(
             name=self.name,

@@ -38,22 +38,21 @@ class Connect(Service):
     # any of them.
     system_user = "connect"
 
-    def __init__(self, settings: StackSettings, index: int = 0) -> None:
-        self.index = index
-        if index:
-            self.name = f"connect-{index + 1}"
-        super().__init__(settings)
-
     @property
     def rest_port(self) -> int:
         return self.settings.node_port(self.settings.connect_port, self.index)
 
     @property
+    def metrics_port(self) -> int:
+        """The worker's metrics port (0: none)."""
+        port = self.settings.connect_metrics_port
+        return self.settings.node_port(port, self.index) if port else 0
+
+    @property
     def ports(self) -> list[PortSpec]:
         ports = [PortSpec(self.rest_port, "CDCPIPE_CONNECT_PORT")]
-        if self.settings.connect_metrics_port:
-            metrics = self.settings.node_port(self.settings.connect_metrics_port, self.index)
-            ports.append(PortSpec(metrics, "CDCPIPE_CONNECT_METRICS_PORT"))
+        if self.metrics_port:
+            ports.append(PortSpec(self.metrics_port, "CDCPIPE_CONNECT_METRICS_PORT"))
         return ports
 
     @property
@@ -173,7 +172,7 @@ class Connect(Service):
             str(self.config_file),
             options=[
                 f"-Djava.security.auth.login.config={self.jaas_file}",
-                *self._metrics_agent(self.ports[1].port if self.settings.connect_metrics_port else 0),
+                *self._metrics_agent(self.metrics_port),
             ],
         )
 

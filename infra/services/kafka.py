@@ -60,11 +60,8 @@ class Kafka(Service):
     starts_with_peers = True
 
     def __init__(self, settings: StackSettings, index: int = 0) -> None:
-        # The first keeps the names a one-node stack always had; the Nth is kafka-N, with a user of its own.
-        self.index = index
-        if index:
-            self.name = self.system_user = f"kafka-{index + 1}"
-        super().__init__(settings)
+        super().__init__(settings, index)
+        self.system_user = self.name  # kafka-N: each node a user of its own (infra.service_user.SERVICE_USERS)
 
     @property
     def node_id(self) -> int:

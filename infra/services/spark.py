@@ -125,13 +125,6 @@ class SparkWorker(_SparkDaemon):
 
     name = "spark-worker"
 
-    def __init__(self, settings: StackSettings, index: int = 0) -> None:
-        # The first keeps the names it always had; the Nth is spark-worker-N, its UI port N - 1 above the first's.
-        self.index = index
-        if index:
-            self.name = f"spark-worker-{index + 1}"
-        super().__init__(settings)
-
     @property
     def ui_port(self) -> int:
         return self.settings.spark_worker_ui_port + self.index
