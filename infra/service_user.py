@@ -138,6 +138,6 @@ def share_folder(user: str | None, folder: Path) -> None:
         )
 
 
-def can_reach(path: Path) -> bool:
-    """Whether any user may traverse every folder above `path` (a checkout under /root, say, not)."""
-    return all(parent.stat().st_mode & 0o001 for parent in path.resolve().parents)
+def closed_parent(path: Path) -> Path | None:
+    """The first folder above `path` that other users may not traverse (/root, say), or None."""
+    return next((parent for parent in reversed(path.resolve().parents) if not parent.stat().st_mode & 0o001), None)

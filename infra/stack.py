@@ -115,6 +115,8 @@ def up(
             report(f"{service.name:<15} not started: `cdcpipe stack up` starts it")
             continue
         wanted.append(service)
+    for service in wanted:
+        service.run_as()  # a JVM that would run as root is refused before anything starts
     launched: dict[str, tuple[float, int, bool]] = {}
     for position, service in enumerate(wanted):
         if service.name not in launched:

@@ -13,8 +13,8 @@ from pathlib import Path
 from ground.processes import TrackedProcess
 from infra import gc_log
 from infra.config import StackSettings
-from infra.errors import NotInstalledError
-from infra.service_user import can_reach, hand_over, service_user
+from infra.errors import NotInstalledError, ServiceStartError
+from infra.service_user import SERVICE_USERS, closed_parent, hand_over, service_user
 
 # What the JMX exporter agent serves from each JVM that runs it: infra/jmx/<service>.yml.
 JMX_CONFIGS = Path(__file__).resolve().parents[1] / "jmx"
@@ -119,14 +119,26 @@ class Service(ABC):
     def run_as(self) -> str | None:
         return None
 
-    def _jvm_user(self) -> str | None:
-        """Who a Java service runs as: the service user when the stack is started as root.
+    def reads(self) -> list[Path]:
+        """The folders the service's own user must enter: the home (its jars, data and logs)."""
+        return [self.settings.home]
 
-        Unless the checkout is closed to other users (a folder under /root, say): then the JVMs stay root, and
-        `stack up` shows it.
+    def _jvm_user(self) -> str | None:
+        """Who a Java service runs as: the service user when the stack is started as root, else the caller.
+
+        Never root: a JVM left as root (its user unable to enter a folder it needs, as in a checkout under /root)
+        would read every secret of the stack. Refused instead, naming the folder and the fix.
         """
-        if os.geteuid() != 0 or not can_reach(self.settings.home):
+        if os.geteuid() != 0:
             return None
+        closed = [folder for path in self.reads() if (folder := closed_parent(path)) is not None]
+        if closed:
+            raise ServiceStartError(
+                f"{self.name} would run as root: its user {SERVICE_USERS[self.system_user]!r} cannot enter "
+                f"{closed[0]} (no x for others), above what it reads; start the stack from a checkout (or with a "
+                f"CDCPIPE_HOME) outside it, e.g. under /srv, or `chmod o+x {closed[0]}`, or start it as a user "
+                "other than root"
+            )
         return service_user(self.system_user)
 
     def _hand_over_gc_log(self) -> None:

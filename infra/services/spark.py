@@ -42,6 +42,9 @@ class _SparkDaemon(Service):
     def run_as(self) -> str | None:
         return self._jvm_user()
 
+    def reads(self) -> list[Path]:
+        return [*super().reads(), pyspark_home()]  # Spark's own jars and scripts, in the virtual environment
+
     def prepare(self) -> None:
         path = self.spark_defaults()
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -286,6 +286,7 @@ def _snapshot_line(env: dict[str, str], table: str) -> str:
     return next(line for line in listed[listed.index(table) :] if line.startswith("  snapshot"))
 
 
+@pytest.mark.timeout(1500)  # about 5 minutes alone; twice that beside two others on a slow machine
 def test_a_schema_of_real_tables_is_mirrored_value_for_value(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
     env = user_env(stack, outbox, tmp_path)
     schema, billing = f"shop_{outbox.tag}", f"billing_{outbox.tag}"

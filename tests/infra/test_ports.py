@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -14,7 +16,10 @@ from infra.config import StackSettings
 from infra.errors import PortInUseError
 
 
-def test_taken_port_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
+def test_taken_port_is_a_clear_error_not_a_hang() -> None:
+    # A home the services' users may enter (pytest's tmp_path, under a 0700 folder, is refused before any port).
+    tmp_path = Path(tempfile.mkdtemp())
+    tmp_path.chmod(0o755)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
@@ -28,6 +33,7 @@ def test_taken_port_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
     assert f"port {port}" in message
     assert "CDCPIPE_PG_PORT" in message
     assert not (tmp_path / "run" / "postgres.pid").exists(), "nothing may start when a port is taken"
+    shutil.rmtree(tmp_path)
 
 
 def test_a_port_released_a_moment_later_is_waited_for() -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import stat
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from infra.errors import ServiceStartError
-from infra.service_user import hand_over, private_folder
+from infra.service_user import closed_parent, hand_over, private_folder
 
 
 def test_a_private_folder_is_made_0700_and_a_link_in_its_place_is_refused_leaving_its_target_alone(
@@ -50,3 +52,17 @@ def test_hand_over_refuses_a_link_in_a_folders_place_and_hands_over_a_link_insid
     with pytest.raises(ServiceStartError, match="is a symbolic link"):
         hand_over("nobody", swapped)
     assert target.stat().st_uid == 0
+
+
+def test_the_first_folder_other_users_cannot_enter_is_named(tmp_path: Path) -> None:
+    base = Path(tempfile.mkdtemp())  # under /tmp, which anyone may enter (pytest's own folders are 0700)
+    try:
+        base.chmod(0o755)
+        closed = base / "closed"
+        closed.mkdir(mode=0o700)
+        (closed / "home" / "lib").mkdir(parents=True, mode=0o755)
+        (base / "open" / "home").mkdir(parents=True, mode=0o755)
+        assert closed_parent(closed / "home" / "lib") == closed
+        assert closed_parent(base / "open" / "home") is None
+    finally:
+        shutil.rmtree(base)

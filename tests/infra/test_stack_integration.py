@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -177,6 +178,21 @@ def test_up_twice_leaves_one_of_each(stack: Stack) -> None:
     }
     assert after == before
     assert len(after) == 9
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="started by another user, every service runs as that user")
+def test_a_stack_whose_java_services_would_run_as_root_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    # pytest's folders are 0700 (/tmp/pytest-of-root): no service user may enter a home below them.
+    closed = next(p for p in reversed(tmp_path.parents) if not p.stat().st_mode & 0o001)
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDCPIPE_", "AWS_")) and k != "PGPASSFILE"}
+    refused = cdcpipe("stack", "up", env={**env, "CDCPIPE_HOME": str(home)})
+    assert refused.returncode != 0
+    assert "kafka would run as root" in refused.stderr, refused.stderr
+    assert f"cannot enter {closed}" in refused.stderr, refused.stderr
+    assert f"chmod o+x {closed}" in refused.stderr, refused.stderr
+    assert "healthy after" not in refused.stdout, refused.stdout  # Postgres, first, was not started either
+    assert not list((home / "run").glob("*.pid"))
 
 
 def test_status_reports_each_service_healthy_with_its_memory(stack: Stack) -> None:

@@ -250,16 +250,15 @@ LONG_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that restart the shared stack last, the one that stops it for good last of all; the long ones first.
+    """Tests that restart the shared stack last; the long ones first.
 
     No other test may see the stack go down.
     """
 
-    def order(item: pytest.Item) -> tuple[bool, bool, bool, int]:
+    def order(item: pytest.Item) -> tuple[bool, bool, int]:
         rank = next((i for i, folder in enumerate(LONG_FIRST) if item.nodeid.startswith(folder)), len(LONG_FIRST))
         return (
             item.get_closest_marker("stack_lifecycle") is not None,
-            item.get_closest_marker("leaves_stack_down") is not None,
             item.get_closest_marker("integration") is None,
             rank,
         )

@@ -189,6 +189,7 @@ def wait_converged(
     wait_until(alive_and(history, source.env, tmp_path, alive_and(mirror, source.env, tmp_path, both)), 240, what)
 
 
+@pytest.mark.timeout(1500)  # about 5 minutes alone; twice that beside two others on a slow machine
 def test_a_running_mirror_and_history_follow_each_kind_of_schema_change(
     stack: Stack, source: Source, outbox: Outbox, tmp_path: Path
 ) -> None:
