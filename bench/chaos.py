@@ -32,6 +32,11 @@ Postgres (or 10 minutes pass), and prints per kind the missing / doubled / out-o
 (bench/chaos_checks.py says what each means per kind). A commit cut off by a crash is "maybe": Postgres
 says whether it landed. It also checks, per aggregate, that the first copy of each event in Kafka comes in
 commit order, and that no relay, job or connector task stopped by itself (it is started again; the run fails).
+The figures of each fault: besides the takeover and task-move times, `event_latency`, from an event's commit to its
+row in the event log (relay, Kafka, Spark): median, p99 and max of the events committed from the fault to the next
+one, and `recovered_s`, from the fault until the last of them over 3x the run's median latency landed
+(chaos_checks.latency_around_faults); the same before the first fault. The table path's recovery is the
+connector's: `task_moved_s`, `connector_running_after_s`.
 Writes the result JSON; exits 1 on any non-zero count.
 """
 
@@ -51,6 +56,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import UTC
 from pathlib import Path
 from typing import Any, cast
 
@@ -102,6 +108,7 @@ class Generator(threading.Thread):
         )
         self.rng = random.Random(seed)  # noqa: S311 - sample amounts, not secrets
         self.committed: list[checks.Event] = []  # in commit order
+        self.committed_at: dict[str, float] = {}  # event id: when its commit returned (epoch seconds)
         self.maybe: list[checks.Event] = []  # the commit's outcome is unknown: the connection broke during it
         self.failed = 0  # transactions that surely did not commit (Postgres down): not events, not expected
         self.halt = threading.Event()
@@ -142,6 +149,7 @@ class Generator(threading.Thread):
                 conn = None
             else:
                 self.committed.append(event)
+                self.committed_at[event.event_id] = time.time()
             k += 1
         _close(conn)
 
@@ -505,6 +513,17 @@ def verdicts(soak: Soak, generator: Generator) -> dict[str, checks.Verdict]:
     return {kind: verdict for kind, verdict in found.items() if KIND_DRIVER[kind] in soak.drivers}
 
 
+def landed(soak: Soak, generator: Generator) -> list[tuple[float, float]]:
+    """(commit time, seconds from the commit to its row in the event log) of each committed event, epoch seconds."""
+    rows = delta_rows(soak.table("event_log"), ["event_id", "_applied_at"])
+    applied: dict[str, float] = {}
+    for r in rows:
+        stamp = r["_applied_at"]
+        seconds = (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+        applied[str(r["event_id"])] = min(seconds, applied.get(str(r["event_id"]), seconds))
+    return [(at, applied[event_id] - at) for event_id, at in generator.committed_at.items() if event_id in applied]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -584,6 +603,7 @@ def soak_run(
     generator.start()
     rng = random.Random(args.seed)  # noqa: S311 - a reproducible fault order, not a secret
     faults: list[dict[str, Any]] = []
+    faults_at: list[float] = []  # epoch seconds, as the generator's commit times
     rotation: list[str] = []
     victims = iter(soak.drivers * 1000)
     died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
@@ -638,6 +658,7 @@ def soak_run(
                 rotation = rng.sample(chosen, len(chosen))
             fault = rotation.pop()
             at = round(time.monotonic() - began, 1)
+            faults_at.append(time.time())
             detail: dict[str, Any] = {"at_s": at, "fault": fault}
             if fault == "relay":
                 pid = leader_pid(soak.dsn)
@@ -692,6 +713,7 @@ def soak_run(
     finally:
         generator.halt.set()
         generator.join(30)
+    load_ended = time.time()
 
     outbox = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(soak.schema, soak.names.outbox_table))
 
@@ -714,6 +736,9 @@ def soak_run(
         caught_up_s = None  # reported with the counts that were still wrong
     check_alive("the end")
     stop_parts(soak)
+    around = checks.latency_around_faults(landed(soak, generator), faults_at, load_ended)
+    for detail, window in zip(faults, around.pop("faults"), strict=True):
+        detail["event_latency"] = window
 
     records = read_topic(kafka_security.client(settings), soak.event_topic)
     sequence = {e.event_id: e.sequence for e in generator.committed + generator.maybe}
@@ -726,6 +751,7 @@ def soak_run(
         "seed": args.seed,
         "faults": faults,
         "events_committed": len(generator.committed),
+        "deposits_committed": len(generator.committed_at),  # the load's own (the accounts' openings before it)
         "commits_cut_off_maybe": len(generator.maybe),
         "transactions_refused_while_postgres_was_down": generator.failed,
         "records_in_kafka": len(records),
@@ -734,6 +760,8 @@ def soak_run(
         "outbox_drained_s_after_load": round(drained_s, 1),
         "read_models_match_s_after_drain": None if caught_up_s is None else round(caught_up_s, 1),
         "kinds": kinds,
+        # Commit in Postgres to row in the event log (relay, Kafka, Spark), before the faults; each fault's in it.
+        "event_latency": around,
         "stopped_by_themselves": died,
         "passed": caught_up_s is not None and out_of_order == 0 and not died,
     }

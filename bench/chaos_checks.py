@@ -10,6 +10,7 @@ deposit), so the history of a key must hold exactly the versions 0..changes, in 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -139,3 +140,40 @@ def history(truth: Mapping[str, Row], rows: Iterable[Row]) -> Verdict:
         out_of_order=out_of_order,
         unknown=unknown + len(versions.keys() - truth.keys()),
     )
+
+
+def _stats(latencies: list[float]) -> dict[str, Any]:
+    """Events, median, p99 and max (nearest rank) of latencies in seconds; None for a window with no event."""
+    ranked = sorted(latencies)
+    if not ranked:
+        return {"events": 0, "p50_s": None, "p99_s": None, "max_s": None}
+
+    def rank(p: int) -> float:
+        return round(ranked[max(0, math.ceil(len(ranked) * p / 100) - 1)], 2)
+
+    return {"events": len(ranked), "p50_s": rank(50), "p99_s": rank(99), "max_s": round(ranked[-1], 2)}
+
+
+def latency_around_faults(
+    landed: Iterable[tuple[float, float]], faults_at: list[float], end: float, floor_s: float = 2.0
+) -> dict[str, Any]:
+    """Commit-to-lake latency before the first fault and in each fault's window, and how long each took to recover.
+
+    `landed`: (commit time, latency) of each event in seconds (commit times epoch, as `faults_at` and `end`). A
+    fault's window runs from it to the next fault (the last one's to `end`). The bound is 3x the run's median
+    latency (at least `floor_s`): `recovered_s` is from the fault until the last event of its window over the
+    bound landed, after which every event of the window landed within it (0: none was over).
+    """
+    events = sorted(landed)
+    median = _stats([latency for _, latency in events])["p50_s"] or 0.0
+    bound = max(floor_s, 3 * median)
+    edges = [*faults_at, end]
+    windows = []
+    for start, stop in itertools.pairwise(edges):
+        inside = [(at, latency) for at, latency in events if start <= at < stop]
+        late = [at + latency for at, latency in inside if latency > bound]
+        windows.append(
+            {**_stats([lat for _, lat in inside]), "recovered_s": round(max(late) - start, 1) if late else 0.0}
+        )
+    before = [latency for at, latency in events if not faults_at or at < faults_at[0]]
+    return {"bound_s": round(bound, 2), "before_faults": _stats(before), "faults": windows}

@@ -80,3 +80,22 @@ def test_history() -> None:
         1,
         2,
     )
+
+
+def test_latency_around_faults() -> None:
+    # One event a second, 1 s from commit to lake, but those committed in the 4 s after the fault at 10 (held, all
+    # landing at 15.5: their latency falls as the backlog drains), and one late event after the second fault.
+    landed = [(float(t), 1.0) for t in range(20) if not 10 <= t < 14]
+    landed += [(10.0, 5.5), (11.0, 4.5), (12.0, 3.5), (13.0, 2.5), (18.5, 9.0)]
+    around = checks.latency_around_faults(landed, [10.0, 16.0], end=20.0)
+    assert around["bound_s"] == 3.0  # 3x the run's median, 1 s
+    assert around["before_faults"] == {"events": 10, "p50_s": 1.0, "p99_s": 1.0, "max_s": 1.0}
+    first, second = around["faults"]
+    assert first["events"] == 6  # 10 to 15: four delayed, two on time
+    assert (first["p50_s"], first["max_s"]) == (2.5, 5.5)  # nearest rank: the 3rd of 6
+    assert first["recovered_s"] == 5.5  # the event of 11 (4.5 s) landed at 15.5, the last over the bound
+    assert second["events"] == 5  # 16, 17, 18, 18.5, 19
+    assert second["recovered_s"] == 11.5  # landed at 27.5
+    assert checks.latency_around_faults([(1.0, 1.0)], [], end=2.0)["faults"] == []
+    quiet = checks.latency_around_faults([], [5.0], end=9.0)
+    assert quiet["faults"] == [{"events": 0, "p50_s": None, "p99_s": None, "max_s": None, "recovered_s": 0.0}]
