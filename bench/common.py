@@ -360,11 +360,21 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int) -> None:
-    """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need."""
+def create_bench_topics(kafka: KafkaSettings, names: list[str], partitions: int, replicas: int = -1) -> None:
+    """Create topics as `cdcpipe topics apply` does, with the ACLs the stack's relay, connect and jobs need.
+
+    `replicas` -1: the cluster's (three on a cluster of three, as production keeps them); 1 needs 1 in sync.
+    """
+    config = {"min.insync.replicas": "1"} if replicas == 1 else {}
     specs = [
-        # -1: the cluster's replicas (three on a cluster of three, as production keeps them).
-        TopicSpec(name, partitions, -1, producers=("User:relay", "User:connect"), consumers=("User:jobs",))
+        TopicSpec(
+            name,
+            partitions,
+            replicas,
+            config=config,
+            producers=("User:relay", "User:connect"),
+            consumers=("User:jobs",),
+        )
         for name in names
     ]
     topics.apply(kafka.client_config(), specs)
@@ -426,8 +436,8 @@ def free_port() -> int:
         return port
 
 
-def create_topic(env: dict[str, str], topic: str) -> None:
-    create_bench_topics(env_kafka(env), [topic], PARTITIONS)
+def create_topic(env: dict[str, str], topic: str, replicas: int = -1) -> None:
+    create_bench_topics(env_kafka(env), [topic], PARTITIONS, replicas)
 
 
 def fill_topic(env: dict[str, str], topic: str, events: int, keys: int = 10_000, pad: int = 900) -> None:

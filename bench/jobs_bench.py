@@ -212,8 +212,12 @@ def latency(
     settle_s: float = SETTLE_S,
     warmup_s: float = WARMUP_S,
     settings: tuple[str, ...] = (),
+    replicas: int = -1,
 ) -> dict[str, Any]:
-    """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job)."""
+    """Commit in Postgres -> row visible in Delta, through the relay and a job of `kind` (or the floor job).
+
+    `replicas`: the topic's (-1: the cluster's).
+    """
     if kind in TABLE_KINDS:
         return table_latency(env, lake, tag, rate, seconds, kind, settle_s, warmup_s, settings)
     floor = kind.startswith("floor")
@@ -222,7 +226,7 @@ def latency(
     with psycopg.connect(dsn) as conn:
         schema_outbox.apply(conn, names, SchemaSettings.load(pg_dsn=dsn, publication=f"pub_jobs_bench_{tag}"))
     topic = f"jobs.{tag}.bench"
-    create_topic(env, topic)
+    create_topic(env, topic, replicas)
     jobs = RESULTS / f"_bench_jobs_{tag}"
     name = f"latency_{tag}"
     job_file(jobs, name, "event_log" if floor or kind == "event_log_no_metrics" else kind, topic, "1s", settings)
