@@ -607,6 +607,13 @@ def soak_run(
     rotation: list[str] = []
     victims = iter(soak.drivers * 1000)
     died: list[str] = []  # parts that stopped without being killed: a finding, and a failed run
+    # The faults begin once the event log has applied its first batch (the opening events and the load since): a
+    # fault that hits a job's first batch, which holds everything published before it, measures the driver's start.
+    warm_up_s = wait_for(
+        lambda: len(delta_rows(soak.table("event_log"), ["event_id"])) >= len(opened),
+        900,
+        "the event log's first batch",
+    )
     began = time.monotonic()
 
     def restart(*killed: Service) -> None:
@@ -749,6 +756,7 @@ def soak_run(
         "minutes": args.minutes,
         "rate_per_s": args.rate,
         "seed": args.seed,
+        "warm_up_s": round(warm_up_s, 1),
         "faults": faults,
         "events_committed": len(generator.committed),
         "deposits_committed": len(generator.committed_at),  # the load's own (the accounts' openings before it)

@@ -160,12 +160,14 @@ def latency_around_faults(
     """Commit-to-lake latency before the first fault and in each fault's window, and how long each took to recover.
 
     `landed`: (commit time, latency) of each event in seconds (commit times epoch, as `faults_at` and `end`). A
-    fault's window runs from it to the next fault (the last one's to `end`). The bound is 3x the run's median
-    latency (at least `floor_s`): `recovered_s` is from the fault until the last event of its window over the
-    bound landed, after which every event of the window landed within it (0: none was over).
+    fault's window runs from it to the next fault (the last one's to `end`). The bound is 3x the median latency
+    before the first fault (of the whole run if none came before; at least `floor_s`): `recovered_s` is from the
+    fault until the last event of its window over the bound landed, after which every event of the window landed
+    within it (0: none was over).
     """
     events = sorted(landed)
-    median = _stats([latency for _, latency in events])["p50_s"] or 0.0
+    before = [latency for at, latency in events if not faults_at or at < faults_at[0]]
+    median = _stats(before or [latency for _, latency in events])["p50_s"] or 0.0
     bound = max(floor_s, 3 * median)
     edges = [*faults_at, end]
     windows = []
@@ -175,5 +177,4 @@ def latency_around_faults(
         windows.append(
             {**_stats([lat for _, lat in inside]), "recovered_s": round(max(late) - start, 1) if late else 0.0}
         )
-    before = [latency for at, latency in events if not faults_at or at < faults_at[0]]
     return {"bound_s": round(bound, 2), "before_faults": _stats(before), "faults": windows}
