@@ -12,9 +12,9 @@ streaming jobs (Spark, trigger 1 s) build every kind of read model at once:
 - event_log and latest_state and the example balance projection, from the events;
 - table_mirror and table_history, from the table's change events, as one table group (one driver for both,
   as `tables add --group` makes them).
-Every `--every` seconds one fault, the kinds in a shuffled rotation (a rotation once begun is finished, so
-even the shortest run has every fault), once the connector's task runs again after the last one (one fault at
-a time):
+Once the event log has applied its first batch (`warm_up_s`), every `--every` seconds one fault, the kinds in a
+shuffled rotation (a rotation once begun is finished, so even the shortest run has every fault), once the
+connector's task runs again after the last one (one fault at a time):
 - relay: SIGKILL the leading relay (the standby takes over; the killed one comes back as the standby);
 - job: SIGKILL one driver mid-stream (each in turn, the group's too), then `cdcpipe jobs submit` it again;
 - connect: SIGKILL the Connect worker running the connector's task (Debezium sends again what it had not
