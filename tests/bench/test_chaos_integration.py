@@ -95,8 +95,7 @@ def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack
             check=False,
         )
         assert bench.returncode == 0, bench.stderr[-3000:]
-        replication = json.loads((tmp_path / "replication.json").read_text())
-        drains = replication["drains"]
+        drains = json.loads((tmp_path / "replication.json").read_text())["drains"]
         assert {d["received"] for runs in drains.values() for d in runs} == {500}, drains
         run = subprocess.run(
             [
