@@ -34,7 +34,7 @@ says whether it landed. It also checks, per aggregate, that the first copy of ea
 commit order, and that no relay, job or connector task stopped by itself (it is started again; the run fails).
 The figures of each fault: besides the takeover and task-move times, `event_latency`, from an event's commit to its
 row in the event log (relay, Kafka, Spark): median, p99 and max of the events committed from the fault to the next
-one, and `recovered_s`, from the fault until the last of them over 3x the run's median latency landed
+one, and `recovered_s`, from the fault until the last of them over 3x the median latency before the faults landed
 (chaos_checks.latency_around_faults); the same before the first fault. The table path's recovery is the
 connector's: `task_moved_s`, `connector_running_after_s`.
 Writes the result JSON; exits 1 on any non-zero count.
