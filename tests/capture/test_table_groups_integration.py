@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,24 +80,31 @@ def _differences(
     return found
 
 
-def _converged(
-    stack: Stack, dsn: str, schema: str, mirror: dict[str, str], job: dict[str, str], *tables: str
-) -> Callable[[], bool]:
+class _Converged:
     """Until each table's mirror (at `mirror[t]`) equals it, a poll reading only the tables still behind.
 
     A mirror found equal is not read again: nothing more is written to its table while this waits.
     """
-    behind = set(tables)
 
-    def check() -> bool:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            truths = {t: _truth(conn, schema, t) for t in sorted(behind)}
-        behind.difference_update(
-            t for t, (key, rows) in truths.items() if not _differences(stack, mirror[t], job[t], key, rows)
-        )
-        return not behind
+    def __init__(self, stack: Stack, dsn: str, schema: str, mirror: dict[str, str], job: dict[str, str]) -> None:
+        self.stack, self.dsn, self.schema, self.mirror, self.job = stack, dsn, schema, mirror, job
+        self.behind: set[str] = set()
+        self.last: list[str] = []
 
-    return check
+    def wait(self, timeout_s: float, what: str, *tables: str) -> None:
+        self.behind, self.last = set(tables), []
+        wait_until(self.check, timeout_s, what, self.explain)
+
+    def check(self) -> bool:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            truths = {t: _truth(conn, self.schema, t) for t in sorted(self.behind)}
+        found = {t: _differences(self.stack, self.mirror[t], self.job[t], *truths[t]) for t in truths}
+        self.behind = {t for t, differences in found.items() if differences}
+        self.last = [d for t in sorted(self.behind) for d in found[t][:3]]
+        return not self.behind
+
+    def explain(self) -> str:
+        return f"{len(self.behind)} tables behind ({', '.join(sorted(self.behind))}); " + "; ".join(self.last[:12])
 
 
 def _members(group: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -138,14 +144,13 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         )
         assert "length_hours" not in contract["properties"]  # a stored generated column is not captured
 
-        def converged(*names: str) -> Callable[[], bool]:
-            return _converged(stack, outbox.dsn, schema, mirror, job, *names)
+        converge = _Converged(stack, outbox.dsn, schema, mirror, job).wait
 
         # The application goes on while the group takes the snapshot and the stream.
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             for day in range(3, 8):
                 rental_schema.business(conn, schema, day)
-        wait_until(converged(*rental_schema.TABLES), 600, "every mirror of the group to equal its table")
+        converge(600, "every mirror of the group to equal its table", *rental_schema.TABLES)
         assert sorted(_members(group, env)) == sorted(job[t] for t in rental_schema.TABLES)
         assert status(group, env)["running"] is True
 
@@ -195,7 +200,7 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
             for day in range(8, 10):
                 rental_schema.business(conn, schema, day)
         others = [t for t in rental_schema.TABLES if t != "category"]
-        wait_until(converged(*others), 240, "the others' changes while one is parked")
+        converge(600, "the others' changes while one is parked", *others)
         assert status(group, env)["running"] is True
 
         # The driver killed while the store writes: the next start goes on from each table's checkpoint.
@@ -211,7 +216,7 @@ def test_a_rental_stores_twenty_tables_run_as_one_group_and_one_table_is_parked_
         assert f"{job['category']}: resumes from these offsets" in rewound.stdout, rewound.stdout
         started = cdcpipe("jobs", "submit", group, env=env)
         assert started.returncode == 0, started.stdout + started.stderr
-        wait_until(converged(*rental_schema.TABLES), 300, "every table, the parked one too, after the restart")
+        converge(600, "every table, the parked one too, after the restart", *rental_schema.TABLES)
         assert not any(m["last_error"] for m in _members(group, env).values())
     finally:
         cdcpipe("jobs", "stop", group, env=env)
@@ -251,8 +256,7 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
                 (rows.start, rows.stop - 1),
             )
 
-    def converged(*tables_: str) -> Callable[[], bool]:
-        return _converged(stack, outbox.dsn, schema, mirror, job, *tables_)
+    converge = _Converged(stack, outbox.dsn, schema, mirror, job).wait
 
     with psycopg.connect(outbox.dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
@@ -266,7 +270,7 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
         group_file.write_text(group_file.read_text() + '\n[on_schema_change]\ncolumn_dropped = "drop"\n')
         assert cdcpipe("jobs", "submit", group, env=env).returncode == 0
         driver = status(group, env)["pid"]
-        wait_until(converged("a", "b", "c"), 240, "the group's three mirrors")
+        converge(240, "the group's three mirrors", "a", "b", "c")
 
         # One table rebuilt from its topic into a new mirror and swapped in while the others take changes: it is
         # set aside in the running driver, the others go on; nothing lost or applied twice.
@@ -279,7 +283,7 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
         assert mirror["a"] != f"{lake}/{job['a']}", mirror["a"]
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             write(conn, "a", "b", "c", rows=range(70, 80))
-        wait_until(converged("a", "b", "c"), 240, "every mirror, the replayed one in its new table")
+        converge(240, "every mirror, the replayed one in its new table", "a", "b", "c")
         assert status(group, env)["pid"] == driver, "the group's driver was not restarted"
 
         # A table added to the running group joins it (the driver reads its file again); the group's policy set
@@ -293,7 +297,7 @@ def test_a_running_group_replays_one_table_alone_and_takes_tables_in_and_out_wit
         assert 'column_dropped = "drop"' in group_file.read_text()
         with psycopg.connect(outbox.dsn, autocommit=True) as conn:
             write(conn, "a", "b", "late", rows=range(78, 90))
-        wait_until(converged(*names), 240, "every table, the added one too")
+        converge(240, "every table, the added one too", *names)
 
         # A table removed leaves the running group; the group file keeps the others.
         removed = tables("remove", f"{schema}.late", "--yes", env=env)

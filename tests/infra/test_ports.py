@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,15 +14,13 @@ from infra.config import StackSettings
 from infra.errors import PortInUseError
 
 
-def test_taken_port_is_a_clear_error_not_a_hang() -> None:
+def test_taken_port_is_a_clear_error_not_a_hang(open_tmp: Path) -> None:
     # A home the services' users may enter (pytest's tmp_path, under a 0700 folder, is refused before any port).
-    tmp_path = Path(tempfile.mkdtemp())
-    tmp_path.chmod(0o755)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        settings = StackSettings.load(home=tmp_path, pg_port=port)
+        settings = StackSettings.load(home=open_tmp, pg_port=port)
         started = time.monotonic()
         with pytest.raises(PortInUseError) as raised:
             stack.up(settings, report=lambda _: None)
@@ -32,8 +28,7 @@ def test_taken_port_is_a_clear_error_not_a_hang() -> None:
     message = str(raised.value)
     assert f"port {port}" in message
     assert "CDCPIPE_PG_PORT" in message
-    assert not (tmp_path / "run" / "postgres.pid").exists(), "nothing may start when a port is taken"
-    shutil.rmtree(tmp_path)
+    assert not (open_tmp / "run" / "postgres.pid").exists(), "nothing may start when a port is taken"
 
 
 def test_a_port_released_a_moment_later_is_waited_for() -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,15 +52,10 @@ def test_hand_over_refuses_a_link_in_a_folders_place_and_hands_over_a_link_insid
     assert target.stat().st_uid == 0
 
 
-def test_the_first_folder_other_users_cannot_enter_is_named(tmp_path: Path) -> None:
-    base = Path(tempfile.mkdtemp())  # under /tmp, which anyone may enter (pytest's own folders are 0700)
-    try:
-        base.chmod(0o755)
-        closed = base / "closed"
-        closed.mkdir(mode=0o700)
-        (closed / "home" / "lib").mkdir(parents=True, mode=0o755)
-        (base / "open" / "home").mkdir(parents=True, mode=0o755)
-        assert closed_parent(closed / "home" / "lib") == closed
-        assert closed_parent(base / "open" / "home") is None
-    finally:
-        shutil.rmtree(base)
+def test_the_first_folder_other_users_cannot_enter_is_named(open_tmp: Path) -> None:
+    closed = open_tmp / "closed"
+    closed.mkdir(mode=0o700)
+    (closed / "home" / "lib").mkdir(parents=True, mode=0o755)
+    (open_tmp / "open" / "home").mkdir(parents=True, mode=0o755)
+    assert closed_parent(closed / "home" / "lib") == closed
+    assert closed_parent(open_tmp / "open" / "home") is None

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,6 +220,18 @@ def cluster_path(stack: Stack) -> Iterator[Path]:
     """
     path = stack.lake / "tests" / uuid.uuid4().hex[:10]
     path.mkdir(parents=True)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A folder of the test's own that the services' users may enter: a stack home for a service to start from.
+
+    Started as root, a Java service refuses a home its user cannot enter; pytest's tmp_path is under a 0700 folder.
+    """
+    path = Path(tempfile.mkdtemp())  # under /tmp, which anyone may enter
+    path.chmod(0o755)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -21,11 +21,11 @@ SECOND = uuid.UUID(bytes=b"\x10" + bytes(15))
 
 
 def test_a_cluster_id_that_would_start_with_a_dash_is_drawn_again(
-    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: Stack, open_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     drawn = iter([DASH_FIRST, SECOND])
     monkeypatch.setattr(uuid, "uuid4", lambda: next(drawn))
-    home = tmp_path / "home"
+    home = open_tmp / "home"
     home.mkdir()
     (home / "lib").symlink_to(stack.home / "lib")
     broker = kafka.Kafka(StackSettings(home=home))
