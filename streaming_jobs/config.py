@@ -128,6 +128,13 @@ class JobsSettings(StageSettings):
         description="how long a writer waits for a table's lease held by another (a running batch, a backfill's "
         "chunk, an optimize) before it gives up, naming the holder",
     )
+    kafka_outage_s: float = Field(
+        900.0,
+        gt=0,
+        description="how long a running job waits out Kafka unreachable (a cluster restarting, a leader moving): "
+        "its query is started again from its checkpoint, first after 5 s, then up to 30 s apart; past it, the job "
+        "stops with Kafka's error",
+    )
     source_pg_dsn: SecretStr | None = Field(
         None,
         description="the captured tables' Postgres, read-only catalog access: tells a renamed column from a dropped "

@@ -47,6 +47,7 @@ from streaming_jobs.phases import Phases
 from streaming_jobs.run import retention
 from streaming_jobs.run.compaction import Compactor
 from streaming_jobs.run.metrics import GroupMetrics, JobMetrics, offsets_of
+from streaming_jobs.run.outage import KAFKA_TROUBLE, Outage, is_kafka_trouble
 from streaming_jobs.sinks.batch import handle_batch
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,8 @@ class JobQuery:
         self._written: tuple[object, ...] = ()
         self.writer = self._writer(spark, registry, prepared.topics)
         self.query: StreamingQuery | None = None
+        self.retry_at: float | None = None  # when to start the query again (it failed on Kafka or its lease)
+        self.outage = Outage(settings.kafka_outage_s)  # Kafka failing the query, if it does
 
     def _writer(self, spark: SparkSession, registry: ContractRegistry, topics: Any) -> Any:
         spec, where, settings = self.spec, self.where, self.settings
@@ -191,6 +194,8 @@ class JobQuery:
 
     def tick(self, stop: threading.Event, wait_s: int = 1) -> bool:
         """Watch the query for up to `wait_s` (0: a look); False once it ended (its error raised, if it died of one)."""
+        if self.retry_at is not None:
+            return self._retry(stop, wait_s, self.retry_at)
         query = self.query
         if query is None:
             raise StreamingError(f"job {self.spec.name}: watched before it started")
@@ -210,23 +215,60 @@ class JobQuery:
             return False
         except StreamingQueryException as exc:
             _raise_stop_of_ours(exc)
-            # The writer lease's Postgres went away (a restart, a network cut): the batch failed before or
-            # while committing. Start the query again from its checkpoint: Spark replays the batch it did not
-            # mark done, and the batch first reads what the table holds, so nothing is applied twice.
-            if stop.is_set() or not any(name in str(exc) for name in LEASE_TROUBLE):
+            if stop.is_set():
                 raise
+            # Started again from its checkpoint, Spark replays the batch it did not mark done, and the batch first
+            # reads what the table holds: nothing is applied twice.
+            self.retry_at = time.monotonic() + self._retry_wait(exc)
+            return True
+
+    def _retry_wait(self, exc: StreamingQueryException) -> float:
+        """How long before the query starts again after `exc`; `exc` raised again if it is not a passing fault."""
+        text = str(exc)
+        # The writer lease's Postgres went away (a restart, a network cut): the batch failed before or while
+        # committing.
+        if any(name in text for name in LEASE_TROUBLE):
             log.warning(
                 "job %s: %s; starting its query again in %.0f s", self.spec.name, _first_line(exc), LEASE_RETRY_S
             )
-            time.sleep(LEASE_RETRY_S)
+            return LEASE_RETRY_S
+        if not is_kafka_trouble(text):
+            raise exc
+        now = time.monotonic()
+        wait = self.outage.wait(now)
+        if wait is None:
+            raise StreamingError(
+                f"job {self.spec.name}: Kafka unreachable for {self.outage.lasted(now):.0f} s, past "
+                f"CDCPIPE_KAFKA_OUTAGE_S ({self.outage.ceiling_s:.0f} s): {_first_line(exc)}; once the cluster "
+                f"answers, `cdcpipe jobs submit {self.spec.name}` starts it from its checkpoint"
+            ) from exc
+        log.warning(
+            "job %s: Kafka did not answer (%s); its query starts again in %.0f s (Kafka waited out for %.0f s of %.0f)",
+            self.spec.name,
+            _first_line(exc),
+            wait,
+            self.outage.lasted(now),
+            self.outage.ceiling_s,
+        )
+        return wait
+
+    def _retry(self, stop: threading.Event, wait_s: int, retry_at: float) -> bool:
+        """Wait (up to `wait_s`) for `retry_at`, then start the failed query again; False if told to stop meanwhile."""
+        if stop.wait(max(0.0, min(wait_s, retry_at - time.monotonic()))):
+            self.retry_at = None
+            return False
+        if time.monotonic() >= retry_at:
+            self.retry_at = None
             self.start()
-            return True
+        return True
 
     def _progress(self, query: StreamingQuery) -> None:
         # Written when it changed (a batch ran, or Spark's idle report every 10 s), not every second: on an
         # object store each write is a request, for every running job. Fetched once per tick (a call into the
         # JVM), rendered only when new: one report keyed, written and measured, never three if a batch ends.
         latest = query.lastProgress
+        if latest is not None:
+            self.outage.over()  # this query read its offsets from Kafka: the cluster answers again
         seen = _progress_key(latest, self.counts)
         if seen != self._written:
             progress = rendered_progress(latest)
@@ -318,7 +360,9 @@ def _raise_stop_of_ours(exc: Exception) -> None:
 
 
 def _first_line(exc: Exception) -> str:
-    found = next((line for line in str(exc).splitlines() if any(n in line for n in LEASE_TROUBLE)), str(exc))
+    """The line of `exc` that names the passing fault (a lease's, or Kafka's)."""
+    marks = LEASE_TROUBLE + KAFKA_TROUBLE
+    found = next((line for line in str(exc).splitlines() if any(n in line for n in marks)), str(exc))
     return found.strip()[:300]
 
 

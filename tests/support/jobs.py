@@ -207,6 +207,15 @@ def alive_and(name: str, env: dict[str, str], tmp_path: Path, condition: Callabl
     return check
 
 
+def job_rows(tmp_path: Path) -> list[dict[str, object]]:
+    """The rows of a `job_env` job's table (its lake's `out`), none before its first commit."""
+    path = tmp_path / "lake" / "out"
+    if not any((path / "_delta_log").glob("*.json")):  # not created yet, or its first commit is in flight
+        return []
+    found: list[dict[str, object]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return found
+
+
 def table_rows(path: Path | str, key: str, stack: Stack | None = None) -> dict[str, dict[str, object]]:
     """A Delta table read with delta-rs (not Spark), by `key`, without the time it was applied at."""
     options = stack.s3_options() if stack is not None and str(path).startswith("s3a://") else None

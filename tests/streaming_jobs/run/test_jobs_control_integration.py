@@ -14,19 +14,23 @@ from deltalake import DeltaTable
 
 from streaming_jobs.run.metrics import target_file
 from tests.support.browser import figure, render, worst_first
-from tests.support.jobs import BALANCES, Event, alive_and, deposit, drain, job_env, jobs_command, opened, send, status
+from tests.support.jobs import (
+    BALANCES,
+    Event,
+    alive_and,
+    deposit,
+    drain,
+    job_env,
+    job_rows,
+    jobs_command,
+    opened,
+    send,
+    status,
+)
 from tests.support.stack import Stack, cdcpipe
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def rows(tmp_path: Path) -> list[dict[str, object]]:
-    path = tmp_path / "lake" / "out"
-    if not any((path / "_delta_log").glob("*.json")):  # not created yet, or its first commit is in flight
-        return []
-    found: list[dict[str, object]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return found
 
 
 def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: Path) -> None:
@@ -48,7 +52,9 @@ def test_submit_status_and_a_graceful_stop(stack: Stack, topic: str, tmp_path: P
         assert again.returncode == 2
         assert "already running" in again.stderr
         send(stack, topic, [(f"a-{i}", "AccountOpened", opened(f"a-{i}"), None) for i in range(20)])
-        wait_until(alive_and(name, env, tmp_path, lambda: len(rows(tmp_path)) == 20), 180, "the job to apply 20 events")
+        wait_until(
+            alive_and(name, env, tmp_path, lambda: len(job_rows(tmp_path)) == 20), 180, "the job to apply 20 events"
+        )
         # The progress file is written by the driver just after the batch commits: status catches up with
         # the table and the checkpoint a moment later.
         wait_until(
@@ -154,7 +160,7 @@ def test_a_killed_job_restarts_and_applies_every_event_exactly_once(stack: Stack
             "the restarted job to catch up",
         )
         wait_until(
-            lambda: {str(r["account_id"]): r["balance"] for r in rows(tmp_path)} == expected,
+            lambda: {str(r["account_id"]): r["balance"] for r in job_rows(tmp_path)} == expected,
             60,
             "the balances to match",
         )
@@ -179,7 +185,7 @@ def test_a_job_killed_while_spark_wrote_its_first_offsets_starts_again(
     (offsets / ".0.31673916-32c4-48be-9d41-ff0bd19c2180.tmp").write_text('v1\n{"batchWatermarkMs":0}\n')
     (offsets / "..0.31673916-32c4-48be-9d41-ff0bd19c2180.tmp.crc").write_bytes(b"crc")
     drain(name, env)
-    assert sorted(str(r["event_id"]) for r in rows(tmp_path)) == sorted(ids)
+    assert sorted(str(r["event_id"]) for r in job_rows(tmp_path)) == sorted(ids)
 
 
 def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, cluster_path: Path) -> None:
@@ -193,7 +199,7 @@ def test_a_job_runs_on_the_standalone_cluster(stack: Stack, topic: str, cluster_
     result = cdcpipe("jobs", "submit", name, "--trigger", "available-now", env=env)
     assert result.returncode == 0, result.stderr
     wait_until(lambda: status(name, env)["running"] is False, 300, "the job to drain the topic and exit")
-    assert sorted(str(r["event_id"]) for r in rows(tmp_path)) == sorted(ids)
+    assert sorted(str(r["event_id"]) for r in job_rows(tmp_path)) == sorted(ids)
     master = httpx.get("http://127.0.0.1:8080/json/", timeout=10).json()
     assert f"cdcpipe-job-{name}" in [app["name"] for app in master["completedapps"]]
 
@@ -213,7 +219,7 @@ def test_optimize_compacts_the_small_files_of_many_micro_batches(stack: Stack, t
         table = DeltaTable(str(path))
         assert table.history(1)[0]["operation"] == "OPTIMIZE"
         assert len(table.file_uris()) < before, path
-    assert len(rows(tmp_path)) == 15, "compaction must not change the rows"
+    assert len(job_rows(tmp_path)) == 15, "compaction must not change the rows"
     assert DeltaTable(str(tables[1])).to_pyarrow_table().num_rows == 15
 
 
