@@ -131,18 +131,55 @@ def python_requirements(versions: dict[str, dict[str, str]]) -> list[str]:
     return [*pins, f"pyspark=={stack['spark']}", f"delta-spark=={stack['delta']}"]
 
 
+def open_to_all(path: Path) -> bool:
+    """Whether any user may run `path`: it and every folder above it have x for others."""
+    return all(os.stat(p).st_mode & 0o001 for p in (path, *path.parents))
+
+
+def venv_base() -> Path:
+    """The interpreter to make the virtual environment from: one that every user may run.
+
+    A venv's python is a link to the interpreter it was made from, and the stack's Python services run as users
+    of their own when it is started as root (the collector; Spark's Python workers on the cluster): an interpreter
+    under a folder others cannot enter (pyenv's under /root) is one they cannot start. The machine's own
+    interpreter of the same version (the same wheels) is taken instead, if it has `venv`.
+    """
+    mine = Path(sys.executable).resolve()
+    if open_to_all(mine):
+        return mine
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for folder in ("/usr/bin", "/usr/local/bin"):
+        other = Path(folder) / name
+        if other.exists() and open_to_all(other.resolve()):
+            probe = subprocess.run([str(other), "-c", "import venv, ensurepip"], capture_output=True, check=False)
+            if probe.returncode == 0:
+                return other
+    log(
+        f"virtual environment: {mine} is in a folder other users cannot enter, and no {name} they may run has "
+        "`venv`: started as root, the collector would be refused; install it (Debian: python3-venv)"
+    )
+    return mine
+
+
 def virtualenv(versions: dict[str, dict[str, str]]) -> None:
     """Create the virtual environment and install the pins and cdcpipe (editable) into it."""
     requirements = python_requirements(versions)
     lock = PYTHON_LOCK.read_bytes() if PYTHON_LOCK.exists() else b""
-    wanted = digest(VERSIONS_FILE.read_bytes(), lock, (REPO / "pyproject.toml").read_bytes(), str(VENV).encode())
+    base = venv_base()
+    wanted = digest(
+        VERSIONS_FILE.read_bytes(), lock, (REPO / "pyproject.toml").read_bytes(), str(VENV).encode(), str(base).encode()
+    )
     stamp = VENV / ".cdcpipe-installed"
     if stamp_matches(stamp, wanted):
         log(f"virtual environment: up to date ({VENV})")
         return
     started = time.monotonic()
+    config = VENV / "pyvenv.cfg"
+    if config.exists() and f"home = {base.parent}\n" not in config.read_text():
+        log(f"virtual environment: made from another interpreter; making it again from {base}")
+        shutil.rmtree(VENV)
     if not (VENV / "bin" / "python").exists():
-        run([sys.executable, "-m", "venv", str(VENV)], "creating the virtual environment")
+        run([str(base), "-m", "venv", str(VENV)], f"creating the virtual environment (from {base})")
     # --no-compile: Python compiles what a process imports, once (into __pycache__); compiling all of pyspark up
     # front took a third of the install.
     pip = [str(VENV / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-compile"]
@@ -241,7 +278,7 @@ def jars(versions: dict[str, dict[str, str]], profiles: tuple[str, ...] = tuple(
 
 
 def transforms(versions: dict[str, dict[str, str]]) -> None:
-    """Build connectors/transforms/ (cdcpipe's Connect transforms) into a plugin folder of its own."""
+    """Build connectors/transforms/ (cdcpipe's Connect plugins) into a plugin folder of its own."""
     stack = versions["stack"]
     sources = sorted(p for p in TRANSFORMS.rglob("*") if p.is_file() and "target" not in p.parts)
     wanted = digest(VERSIONS_FILE.read_bytes(), MAVEN_SETTINGS.read_bytes(), *(p.read_bytes() for p in sources))

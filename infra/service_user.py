@@ -28,6 +28,7 @@ SERVICE_USERS = {
     "s3": "cdcpipe-s3",
     "spark": "cdcpipe-spark",
     "prometheus": "cdcpipe-prometheus",
+    "collector": "cdcpipe-collector",
     # The further nodes of a Kafka cluster: each its own, so that none may read another's data or key.
     **{f"kafka-{n}": f"cdcpipe-kafka-{n}" for n in range(2, MAX_KAFKA_NODES + 1)},
 }

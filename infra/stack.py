@@ -116,7 +116,7 @@ def up(
             continue
         wanted.append(service)
     for service in wanted:
-        service.run_as()  # a JVM that would run as root is refused before anything starts
+        service.run_as()  # a service that would run as root is refused before anything starts
     launched: dict[str, tuple[float, int, bool]] = {}
     for position, service in enumerate(wanted):
         if service.name not in launched:

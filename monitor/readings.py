@@ -16,6 +16,7 @@ import psycopg
 from connectors.client import ConnectClient
 from connectors.config import ConnectSettings
 from connectors.slots import SlotStatus, read_logical_slots
+from ground.processes import TrackedProcess
 from monitor.config import MonitorSettings
 from outbox_relay import status as relay_status
 from outbox_relay.status import RelayStatus
@@ -141,6 +142,17 @@ def drivers(settings: JobsSettings) -> list[Driver]:
             continue  # not a job's pid file (the folder is the user's): nothing of ours to show
         process = control.tracked(settings, path.stem)
         pid = process.pid()
-        error = None if pid is not None else control.last_error(process.log_tail(control.ERROR_SEARCH_LINES))
-        found.append(Driver(path.stem, pid, error))
+        found.append(Driver(path.stem, pid, None if pid is not None else _last_error(process)))
     return found
+
+
+def _last_error(process: TrackedProcess) -> str | None:
+    """The error a dead driver's log ends with; None where this user may not read the log.
+
+    A job's log is its starter's alone (0600): `cdcpipe status` run by that user says why the driver died; the
+    stack's collector, a user of its own, only that it is gone.
+    """
+    try:
+        return control.last_error(process.log_tail(control.ERROR_SEARCH_LINES))
+    except PermissionError:
+        return None

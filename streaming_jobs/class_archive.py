@@ -27,15 +27,22 @@ WAIT_S = 120  # how long the probe driver's JVM may take to write the archive as
 
 
 def _stamp(settings: JobsSettings) -> str:
-    """What the archive is built from: the Java, the Spark jars and pyspark's jars (names and sizes)."""
+    """What the archive is built from: the Java, the Spark jars and pyspark's jars (paths, sizes and times).
+
+    The JVM maps an archive only while every jar on its class path has the size and time it had when it was built:
+    a virtual environment made again (the same pyspark, new files) must build it again, or every driver starts
+    without it, silently.
+    """
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     if java is None:
         raise StreamingError("spark driver class archive: no java on PATH (nor JAVA_HOME): `make install` installs it")
     version = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr  # noqa: S603
     import pyspark  # only its folder: the jars it ships
 
-    ours = sorted(f"{j.name}:{j.stat().st_size}" for j in settings.spark_jars_dir.glob("*.jar"))
-    shipped = sorted(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    ours = sorted(f"{j}:{j.stat().st_size}:{j.stat().st_mtime_ns}" for j in settings.spark_jars_dir.glob("*.jar"))
+    shipped = sorted(
+        f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    )
     h = hashlib.sha256()
     for part in (version, "\n".join(ours), "\n".join(shipped)):
         h.update(part.encode())

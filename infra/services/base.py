@@ -123,23 +123,29 @@ class Service(ABC):
         """The folders the service's own user must enter: the home (its jars, data and logs)."""
         return [self.settings.home]
 
-    def _jvm_user(self) -> str | None:
-        """Who a Java service runs as: the service user when the stack is started as root, else the caller.
+    def _own_user(self) -> str | None:
+        """Who the service runs as: its own user when the stack is started as root, else the caller.
 
-        Never root: a JVM left as root (its user unable to enter a folder it needs, as in a checkout under /root)
-        would read every secret of the stack. Refused instead, naming the folder and the fix.
+        Never root: a service left as root (its user unable to enter a folder it needs, as in a checkout under
+        /root) would read every secret of the stack. Refused instead, naming the folder and the fix.
         """
         if os.geteuid() != 0:
             return None
-        closed = [folder for path in self.reads() if (folder := closed_parent(path)) is not None]
+        closed = [(folder, path) for path in self.reads() if (folder := closed_parent(path)) is not None]
         if closed:
+            folder, path = closed[0]
             raise ServiceStartError(
                 f"{self.name} would run as root: its user {SERVICE_USERS[self.system_user]!r} cannot enter "
-                f"{closed[0]} (no x for others), above what it reads; start the stack from a checkout (or with a "
-                f"CDCPIPE_HOME) outside it, e.g. under /srv, or `chmod o+x {closed[0]}`, or start it as a user "
-                "other than root"
+                f"{folder} (no x for others), above {path}, which it reads; {self.closed_fix(folder, path)}"
             )
         return service_user(self.system_user)
+
+    def closed_fix(self, folder: Path, path: Path) -> str:
+        """What to do when the service's user cannot enter `folder`, above `path` (which it reads)."""
+        return (
+            f"start the stack from a checkout (or with a CDCPIPE_HOME) outside it, e.g. under /srv, or "
+            f"`chmod o+x {folder}`, or start it as a user other than root"
+        )
 
     def _hand_over_gc_log(self) -> None:
         """The GC log folder belongs to whoever runs the JVMs: HotSpot rotates its files by renaming them."""

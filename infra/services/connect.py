@@ -17,12 +17,22 @@ from infra.stack_secrets import secret
 
 BASIC_AUTH_EXTENSION = "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
 PROPERTY_FILE_LOGIN = "org.apache.kafka.connect.rest.basic.auth.extension.PropertyFileLoginModule"
+# cdcpipe's own REST extension (connectors/transforms/, on the plugin path): users that may read and restart a task.
+LIMITED_REST_EXTENSION = "dev.cdcpipe.connect.LimitedRestUsers"
 REST_USER = "admin"
+# The collector's user: it reads connectors and tasks and restarts a task failed on a fault of the moment (its
+# healer); it may not create, change or delete a connector, nor reset its offsets.
+MONITOR_REST_USER = "monitor"
 
 
 def rest_password(settings: StackSettings) -> str:
-    """The REST API user's generated password (state/secrets/connect_rest_password)."""
+    """The REST API admin's generated password (state/secrets/connect_rest_password)."""
     return secret(settings, "connect_rest_password")
+
+
+def monitor_rest_password(settings: StackSettings) -> str:
+    """The collector's REST password (state/secrets/connect_rest_monitor_password)."""
+    return secret(settings, "connect_rest_monitor_password")
 
 
 WORKER_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "JAVA_HOME", "TMPDIR")
@@ -122,8 +132,10 @@ class Connect(Service):
                     "config.providers.env.param.allowlist.pattern": "^CDCPIPE_(PG|DEBEZIUM)_[A-Z_]+$",
                     # A connector definition may not override the worker's client settings (sasl.jaas.config...).
                     "connector.client.config.override.policy": "None",
-                    # The REST API asks every caller for a user and password (HTTP basic authentication).
-                    "rest.extension.classes": BASIC_AUTH_EXTENSION,
+                    # The REST API asks every caller for a user and password (HTTP basic authentication); the
+                    # collector's user may only read and restart a task.
+                    "rest.extension.classes": f"{BASIC_AUTH_EXTENSION},{LIMITED_REST_EXTENSION}",
+                    "cdcpipe.rest.limited.users": MONITOR_REST_USER,
                 }
             ),
         )
@@ -132,7 +144,7 @@ class Connect(Service):
         self._hand_over_gc_log()
 
     def run_as(self) -> str | None:
-        return self._jvm_user()
+        return self._own_user()
 
     @property
     def jaas_file(self) -> Path:
@@ -143,8 +155,11 @@ class Connect(Service):
         return self.settings.state / "conf" / "connect-rest-users.properties"
 
     def _write_rest_users(self) -> None:
-        """The REST API's one user, `admin`, with the stack's generated password; both files 0600."""
-        write_private(self.credentials_file, f"{REST_USER}={rest_password(self.settings)}\n")
+        """The REST API's users, `admin` and the collector's `monitor`, with generated passwords; both files 0600."""
+        write_private(
+            self.credentials_file,
+            f"{REST_USER}={rest_password(self.settings)}\n{MONITOR_REST_USER}={monitor_rest_password(self.settings)}\n",
+        )
         write_private(
             self.jaas_file,
             f'KafkaConnect {{\n  {PROPERTY_FILE_LOGIN} required file="{self.credentials_file}";\n}};\n',

@@ -239,7 +239,7 @@ class Kafka(Service):
         hand_over(user, self.data_dir)
 
     def run_as(self) -> str | None:
-        return self._jvm_user()
+        return self._own_user()
 
     def command(self) -> list[str]:
         return self._java(

@@ -61,7 +61,7 @@ class ObjectStore(Service):
         return self.settings.state / "conf" / "s3proxy.properties"
 
     def run_as(self) -> str | None:
-        return self._jvm_user()
+        return self._own_user()
 
     def prepare(self) -> None:
         conf = self.settings.state / "conf"

@@ -96,7 +96,7 @@ class Prometheus(Service):
         return self.settings.state / "prometheus"
 
     def run_as(self) -> str | None:
-        return self._jvm_user()
+        return self._own_user()
 
     def prepare(self) -> None:
         data = self.folder / "data"

@@ -40,7 +40,7 @@ class _SparkDaemon(Service):
         return self.settings.state / "conf" / "spark-defaults.conf"
 
     def run_as(self) -> str | None:
-        return self._jvm_user()
+        return self._own_user()
 
     def reads(self) -> list[Path]:
         return [*super().reads(), pyspark_home()]  # Spark's own jars and scripts, in the virtual environment

@@ -57,9 +57,9 @@ def private_files(stack: Stack) -> dict[str, list[Path]]:
         SERVICE_USERS["s3"]: [state / "conf" / "s3proxy.properties", state / "s3"],
         SERVICE_USERS["spark"]: [state / "conf" / "spark-defaults.conf", state / "spark" / "work"],
         SERVICE_USERS["prometheus"]: [state / "prometheus" / "data"],
+        SERVICE_USERS["collector"]: [state / "collector" / "monitor.pgpass", state / "collector"],
         "root": [
             state / "tls" / "ca.key",
-            state / "collector",  # the collector runs as the stack's owner: its two passwords, no other
             *sorted((state / "secrets").iterdir()),
             *sorted((state / "kafka-clients").iterdir()),
         ],
@@ -74,6 +74,7 @@ def test_each_service_runs_as_its_own_user_and_reads_no_other_services_secrets(s
         "connect": "connect",
         "s3": "s3",
         "prometheus": "prometheus",
+        "collector": "collector",
     }
     if stack.cluster:
         services |= {"spark-master": "spark", "spark-worker": "spark"}

@@ -133,6 +133,33 @@ def test_connect_refuses_a_caller_without_credentials_and_the_cli_says_how_to_au
     assert "Traceback" not in result.stderr
 
 
+def test_the_collectors_connect_user_may_read_and_restart_a_task_and_nothing_else(stack: Stack) -> None:
+    """Connect's basic auth has no per-user rights; cdcpipe's REST extension limits the collector's `monitor` user."""
+    password = (stack.home / "state" / "collector" / "connect-rest-password").read_text().strip()
+    monitor, url = ("monitor", password), stack.connect_url
+    assert httpx.get(f"{url}/connectors", timeout=10, auth=monitor).status_code == 200
+    assert httpx.get(f"{url}/connectors", timeout=10, auth=("monitor", "wrong")).status_code == 401
+    # A task restart is the one write allowed: the connector does not exist, so Connect itself answers 404.
+    assert httpx.post(f"{url}/connectors/nobody/tasks/0/restart", timeout=10, auth=monitor).status_code == 404
+    refused = [
+        httpx.post(f"{url}/connectors", json={"name": "x", "config": {}}, timeout=10, auth=monitor),
+        httpx.put(f"{url}/connectors/x/config", json={}, timeout=10, auth=monitor),
+        httpx.delete(f"{url}/connectors/x", timeout=10, auth=monitor),
+        httpx.delete(f"{url}/connectors/x/offsets", timeout=10, auth=monitor),
+        httpx.post(f"{url}/connectors/x/restart", timeout=10, auth=monitor),
+        httpx.put(f"{url}/connectors/x/pause", timeout=10, auth=monitor),
+    ]
+    assert [r.status_code for r in refused] == [403] * len(refused), [r.text for r in refused]
+    assert "user 'monitor' may only read (GET) and restart a task" in refused[0].json()["message"]
+    # The admin the CLI uses is not limited: the same create reaches Connect's own validation.
+    assert (
+        httpx.post(
+            f"{url}/connectors", json={"name": "x", "config": {}}, timeout=10, auth=stack.connect_auth()
+        ).status_code
+        == 400
+    )
+
+
 def test_the_stack_secrets_and_client_files_are_its_owners_alone(stack: Stack) -> None:
     state = stack.home / "state"
     private = [
