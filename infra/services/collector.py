@@ -79,8 +79,8 @@ class Collector(Service):
     def closed_fix(self, folder: Path, path: Path) -> str:
         if path in self.reads()[2:]:
             return (
-                "make the virtual environment from an interpreter every user may run: `rm -rf .venv && make "
-                "install` takes the machine's own (Debian: python3.11 with python3-venv) when yours is in such a folder"
+                "make the virtual environment from an interpreter every user may run: `make install` makes it "
+                "again from the machine's own (Debian: python3.11 with python3-venv) when yours is in such a folder"
             )
         return super().closed_fix(folder, path)
 
