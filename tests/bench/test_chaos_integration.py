@@ -102,12 +102,12 @@ def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack
                 sys.executable,
                 str(BENCH / "chaos.py"),
                 # One rotation of the five faults (chaos.py finishes a rotation it began), each 1 s after the last had
-                # recovered; the load (20 deposits a second) runs all along. The dead node and worker stay down to the
+                # recovered; the load (5 deposits a second) runs all along. The dead node and worker stay down to the
                 # end (`--keep-down`).
                 "--minutes",
                 "0.1",
                 "--rate",
-                "20",
+                "5",
                 "--every",
                 "1",
                 "--keep-down",

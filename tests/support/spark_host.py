@@ -22,6 +22,7 @@ by `jobs submit`, the chaos soak and the tests that kill jobs, which always run 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import pickle
 import runpy
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
@@ -46,6 +48,7 @@ SESSION_VARIABLES = ("CDCPIPE_HOME", "CDCPIPE_CONFIG")
 SPARK_COMMANDS = ("backfill", "replay", "optimize", "rewind", "accept-topics")
 START_TIMEOUT_S = 180.0
 SWITCH = "CDCPIPE_TEST_SPARK_HOST"  # 0: every run a process of its own, as before (to compare, or to debug)
+log = logging.getLogger(__name__)
 
 
 def command(entry: str, argv: list[str]) -> list[str]:
@@ -73,13 +76,16 @@ class SparkHost:
     ) -> subprocess.CompletedProcess[str]:
         """`python -m <entry> <argv>` with `env`: in the host when it can be, else as a process."""
         shared = os.environ.get(SWITCH, "1") != "0"
+        began = time.monotonic()
         if shared and "--master" not in argv and self._lock.acquire(blocking=False):
             try:
                 if self._ready(env):
-                    return self._send(entry, argv, env, timeout, cwd)
+                    result = self._send(entry, argv, env, timeout, cwd)
+                    log.info("%s %s on the shared driver: %.1f s", entry, " ".join(argv[:2]), time.monotonic() - began)
+                    return result
             finally:
                 self._lock.release()
-        return subprocess.run(
+        result = subprocess.run(
             command(entry, argv),
             capture_output=True,
             text=True,
@@ -88,6 +94,8 @@ class SparkHost:
             cwd=cwd,
             check=False,
         )
+        log.info("%s %s in a driver of its own: %.1f s", entry, " ".join(argv[:2]), time.monotonic() - began)
+        return result
 
     def _ready(self, env: dict[str, str]) -> bool:
         if self._conn is None and not self._unable:

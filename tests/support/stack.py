@@ -10,12 +10,14 @@ cdcpipe ships no contracts, topic files, job files or connector definitions: the
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +32,13 @@ from demo.run import SAMPLES
 from ground.kafka_client import KafkaSettings
 from tests.support.kafka import create_topics
 
+log = logging.getLogger(__name__)
+
 
 def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run the real `cdcpipe` command (as a user would), capturing its output."""
-    return subprocess.run(
+    began = time.monotonic()
+    result = subprocess.run(
         [sys.executable, "-m", "cdcpipe", *args],
         capture_output=True,
         text=True,
@@ -41,6 +46,9 @@ def cdcpipe(*args: str, env: dict[str, str] | None = None, timeout: float = 600)
         timeout=timeout,
         check=False,
     )
+    # Where a long test's time goes (`--log-cli-level=INFO`, or a failure's captured log), as waits.py says its waits.
+    log.info("cdcpipe %s: %.1f s", " ".join(args[:3]), time.monotonic() - began)
+    return result
 
 
 def parse_exports(text: str) -> dict[str, str]:
