@@ -26,7 +26,7 @@ and on a cluster (the single node's `kafka` covers them there):
 - cluster: stop every Kafka node, start them again;
 - spark-worker: SIGKILL a Spark worker while the jobs run on the cluster (`--jobs-on-cluster`), start it again.
 With `--keep-down`, a Kafka node or a Connect worker a fault killed stays down to the end: the cluster runs on
-without it, nothing restarted by anyone.
+without it, nothing restarted by anyone; one rotation, however long `--minutes`.
 Then the load stops, the outbox drains, and the run waits until every read model matches the truth in
 Postgres (or 10 minutes pass), and prints per kind the missing / doubled / out-of-order counts
 (bench/chaos_checks.py says what each means per kind). A commit cut off by a crash is "maybe": Postgres
@@ -35,7 +35,9 @@ commit order, and that no relay, job or connector task stopped by itself (it is 
 The figures of each fault: besides the takeover and task-move times, `event_latency`, from an event's commit to its
 row in the event log (relay, Kafka, Spark): median, p99 and max of the events committed from the fault to the next
 one, and `recovered_s`, from the fault until the last of them over 3x the median latency before the faults landed
-(chaos_checks.latency_around_faults); the same before the first fault. The table path's recovery is the
+(chaos_checks.latency_around_faults); the same before the first fault, of the events committed after the warm-up.
+`publish_latency`, the same of the relay's part (commit to the record's timestamp in Kafka): a fault that stalled
+the jobs shows in the first, one that stalled the relay in both. The table path's recovery is the
 connector's: `task_moved_s`, `connector_running_after_s`.
 Writes the result JSON; exits 1 on any non-zero count.
 """
@@ -458,20 +460,28 @@ def _parked(soak: Soak) -> dict[str, str]:
     return {m["name"]: m["last_error"] for m in members if m.get("last_error")}
 
 
-def read_topic(kafka: KafkaSettings, topic: str) -> list[tuple[int, int, bytes, str]]:
-    """Every record: (partition, offset, key, event id header)."""
+def read_topic(kafka: KafkaSettings, topic: str) -> tuple[list[tuple[int, int, bytes, str]], dict[str, float]]:
+    """Every record: (partition, offset, key, event id header); and when each event id was first sent (epoch s).
+
+    The send time is the record's timestamp, which the relay's producer sets as it hands the record over: with the
+    commit times, it splits an event's latency into the relay's part and Kafka-to-lake's.
+    """
     consumer = Consumer(kafka.client_config(**{"group.id": f"chaos-{uuid.uuid4()}", "enable.partition.eof": True}))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
     records, ended = [], 0
+    sent: dict[str, float] = {}
     while ended < PARTITIONS:
         for m in consumer.consume(10_000, 2.0):
             if m.error() is not None:
                 ended += 1
                 continue
             headers = dict(cast("list[tuple[str, bytes]]", m.headers() or []))
-            records.append((m.partition() or 0, m.offset() or 0, m.key() or b"", headers.get("id", b"").decode()))
+            event_id = headers.get("id", b"").decode()
+            records.append((m.partition() or 0, m.offset() or 0, m.key() or b"", event_id))
+            at = m.timestamp()[1] / 1000
+            sent[event_id] = min(at, sent.get(event_id, at))
     consumer.close()
-    return records
+    return records, sent
 
 
 def delta_rows(table: Path, columns: list[str]) -> list[dict[str, Any]]:
@@ -548,8 +558,8 @@ def main() -> None:
     parser.add_argument(
         "--keep-down",
         action="store_true",
-        help="leave a killed Kafka node or Connect worker down to the end: the cluster runs on without it (then at "
-        "most one Kafka fault: a second would leave fewer nodes than min.insync.replicas)",
+        help="leave a killed Kafka node or Connect worker down to the end: the cluster runs on without it (then one "
+        "rotation and at most one Kafka fault: a second would leave fewer nodes than min.insync.replicas)",
     )
     parser.add_argument(
         "--drivers",
@@ -615,6 +625,7 @@ def soak_run(
         "the event log's first batch",
     )
     began = time.monotonic()
+    steady_from = time.time()  # the baseline's events: committed once the event log had caught up (epoch s)
 
     def restart(*killed: Service) -> None:
         """Start what a fault stopped, and nothing else (a node `--keep-down` left down stays so)."""
@@ -657,6 +668,8 @@ def soak_run(
 
     try:
         while time.monotonic() - began < args.minutes * 60 or rotation:
+            if args.keep_down and faults and not rotation:
+                break  # one rotation: a second would kill another node or worker, the one the cluster runs on
             time.sleep(args.every)
             if faults:
                 faults[-1]["connector_running_after_s"] = recovered()
@@ -743,11 +756,15 @@ def soak_run(
         caught_up_s = None  # reported with the counts that were still wrong
     check_alive("the end")
     stop_parts(soak)
-    around = checks.latency_around_faults(landed(soak, generator), faults_at, load_ended)
+    around = checks.latency_around_faults(landed(soak, generator), faults_at, load_ended, steady_from=steady_from)
     for detail, window in zip(faults, around.pop("faults"), strict=True):
         detail["event_latency"] = window
-
-    records = read_topic(kafka_security.client(settings), soak.event_topic)
+    records, sent = read_topic(kafka_security.client(settings), soak.event_topic)
+    # The relay's part of it (commit to the record's send): which stage a fault stalled.
+    relayed = [(at, sent[event_id] - at) for event_id, at in generator.committed_at.items() if event_id in sent]
+    published = checks.latency_around_faults(relayed, faults_at, load_ended, steady_from=steady_from)
+    for detail, window in zip(faults, published.pop("faults"), strict=True):
+        detail["publish_latency"] = window
     sequence = {e.event_id: e.sequence for e in generator.committed + generator.maybe}
     out_of_order = checks.first_copy_order(records, sequence)
     kinds = {kind: v.as_dict() for kind, v in found.items()}
@@ -770,6 +787,7 @@ def soak_run(
         "kinds": kinds,
         # Commit in Postgres to row in the event log (relay, Kafka, Spark), before the faults; each fault's in it.
         "event_latency": around,
+        "publish_latency": published,
         "stopped_by_themselves": died,
         "passed": caught_up_s is not None and out_of_order == 0 and not died,
     }

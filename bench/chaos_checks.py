@@ -155,7 +155,11 @@ def _stats(latencies: list[float]) -> dict[str, Any]:
 
 
 def latency_around_faults(
-    landed: Iterable[tuple[float, float]], faults_at: list[float], end: float, floor_s: float = 2.0
+    landed: Iterable[tuple[float, float]],
+    faults_at: list[float],
+    end: float,
+    floor_s: float = 2.0,
+    steady_from: float | None = None,
 ) -> dict[str, Any]:
     """Commit-to-lake latency before the first fault and in each fault's window, and how long each took to recover.
 
@@ -163,10 +167,13 @@ def latency_around_faults(
     fault's window runs from it to the next fault (the last one's to `end`). The bound is 3x the median latency
     before the first fault (of the whole run if none came before; at least `floor_s`): `recovered_s` is from the
     fault until the last event of its window over the bound landed, after which every event of the window landed
-    within it (0: none was over).
+    within it (0: none was over). `steady_from`: the baseline counts only events committed from then on; those
+    committed while a job's driver started and read its first backlog measure the start, and would set the bound
+    so high that no fault's stall passed it.
     """
     events = sorted(landed)
-    before = [latency for at, latency in events if not faults_at or at < faults_at[0]]
+    first = faults_at[0] if faults_at else math.inf
+    before = [latency for at, latency in events if (steady_from or -math.inf) <= at < first]
     median = _stats(before or [latency for _, latency in events])["p50_s"] or 0.0
     bound = max(floor_s, 3 * median)
     edges = [*faults_at, end]

@@ -99,3 +99,17 @@ def test_latency_around_faults() -> None:
     assert checks.latency_around_faults([(1.0, 1.0)], [], end=2.0)["faults"] == []
     quiet = checks.latency_around_faults([], [5.0], end=9.0)
     assert quiet["faults"] == [{"events": 0, "p50_s": None, "p99_s": None, "max_s": None, "recovered_s": 0.0}]
+
+
+def test_the_baseline_leaves_out_the_warm_ups_events() -> None:
+    # Committed while the job's driver started (5 s late each), then one event a second at 1 s: a fault at 10 whose
+    # events land 4 s late is over 3x the steady median (3 s), where the warm-up's would have hidden it (bound 15 s).
+    landed = [(float(t), 5.0) for t in range(6)] + [(float(t), 1.0) for t in range(6, 10)]
+    landed += [(10.0, 4.0), (11.0, 1.0)]
+    steady = checks.latency_around_faults(landed, [10.0], end=12.0, steady_from=6.0)
+    assert steady["bound_s"] == 3.0
+    assert steady["before_faults"]["events"] == 4
+    assert steady["faults"][0]["recovered_s"] == 4.0
+    warm = checks.latency_around_faults(landed, [10.0], end=12.0)
+    assert warm["bound_s"] == 15.0
+    assert warm["faults"][0]["recovered_s"] == 0.0
