@@ -12,7 +12,6 @@ import tomllib
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
-from psycopg.conninfo import conninfo_to_dict
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
@@ -168,6 +167,8 @@ def dsn_shown(dsn: str) -> str:
     A URL's `user:password@` and a keyword string's `password=` are secrets; so may other keywords be (a
     `sslkey` path, `options`): only the four parts that say where and as whom are ever shown.
     """
+    from psycopg.conninfo import conninfo_to_dict  # psycopg: a fifth of a command's start, and few print a DSN
+
     try:
         parts = conninfo_to_dict(dsn)
     except Exception:  # not a connection string libpq reads: nothing of it is shown

@@ -14,12 +14,14 @@ import posixpath
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
-
-from pyarrow import fs as pafs
 
 from streaming_jobs.errors import StreamingError
 from streaming_jobs.lake.store import LakeAccess, ObjectStoreSettings
+
+if TYPE_CHECKING:  # pyarrow (a second of a command's start) is imported where a file is reached, not with the module
+    from pyarrow import fs as pafs
 
 OBJECT_STORE_SCHEMES = ("s3a",)
 
@@ -93,6 +95,8 @@ class LakePath:
 
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """Pyarrow's file system of this place, and the path in it (what pyarrow's writers take)."""
+        from pyarrow import fs as pafs
+
         if self.is_local:
             return pafs.LocalFileSystem(), self.url
         store = self.access.store if self.access else ObjectStoreSettings.load()
@@ -108,9 +112,13 @@ class LakePath:
             raise self._unreachable(exc) from exc
 
     def exists(self) -> bool:
+        from pyarrow import fs as pafs
+
         return bool(self._type() != pafs.FileType.NotFound)
 
     def is_dir(self) -> bool:
+        from pyarrow import fs as pafs
+
         return bool(self._type() == pafs.FileType.Directory)
 
     def read_text(self) -> str:
@@ -144,6 +152,8 @@ class LakePath:
 
     def names(self, prefix: str = "") -> list[str]:
         """Names of what is directly in this folder (none if it does not exist)."""
+        from pyarrow import fs as pafs
+
         filesystem, path = self.filesystem()
         try:
             found = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))

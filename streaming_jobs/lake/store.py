@@ -10,13 +10,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from pyarrow import fs as pafs
 from pydantic import Field, SecretStr, model_validator
 
 from ground.settings import StageSettings
+
+if TYPE_CHECKING:  # pyarrow is imported where a store is reached: every `cdcpipe` command imports this module
+    from pyarrow import fs as pafs
 
 # Setting -> the standard variable it falls back to.
 AWS_FALLBACKS = {
@@ -119,6 +121,8 @@ def _s3(endpoint: str | None, region: str | None, key_id: str | None, secret: st
     if key_id and secret:
         options["access_key"] = key_id
         options["secret_key"] = secret
+    from pyarrow import fs as pafs
+
     # A write completes when its stream closes (a PUT, or a multipart upload completed): an S3 object is
     # visible whole or not at all, and a caller that returns has it stored.
     return pafs.S3FileSystem(**options, background_writes=False)

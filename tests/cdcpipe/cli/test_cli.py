@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -140,3 +141,15 @@ def test_stack_up_cluster_asks_for_three_nodes_two_connect_workers_and_the_spark
     result = CliRunner().invoke(cli.app, ["stack", "up", "--cluster"])
     assert result.exit_code == 0, result.output
     assert asked == {"nodes": 3, "workers": 2, "spark": 2, "spark_cluster": True}
+
+
+@pytest.mark.parametrize("group", ["jobs", "stack", "topics", "schema"])
+def test_a_groups_command_starts_without_the_heavy_clients_it_does_not_use(group: str) -> None:
+    # Scripts, the collector's checks and the tests run `cdcpipe` thousands of times: pyarrow (with numpy) was a
+    # third of `jobs status`'s start, imported by the lake's paths whether a file was read or not.
+    probe = (
+        "import sys; from cdcpipe.cli import build; build(sys.argv[1]); "
+        "print(' '.join(m for m in ('pyarrow', 'numpy', 'pyspark', 'deltalake') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, group], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "", f"`cdcpipe {group}` imports {done.stdout.strip()}"
