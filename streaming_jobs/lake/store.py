@@ -113,6 +113,8 @@ class ObjectStoreSettings(StageSettings):
 
 @lru_cache(maxsize=8)
 def _s3(endpoint: str | None, region: str | None, key_id: str | None, secret: str | None) -> pafs.FileSystem:
+    from pyarrow import fs as pafs
+
     options: dict[str, Any] = {"region": region or "us-east-1"}
     if endpoint:
         parts = urlsplit(endpoint)
@@ -121,8 +123,6 @@ def _s3(endpoint: str | None, region: str | None, key_id: str | None, secret: st
     if key_id and secret:
         options["access_key"] = key_id
         options["secret_key"] = secret
-    from pyarrow import fs as pafs
-
     # A write completes when its stream closes (a PUT, or a multipart upload completed): an S3 object is
     # visible whole or not at all, and a caller that returns has it stored.
     return pafs.S3FileSystem(**options, background_writes=False)

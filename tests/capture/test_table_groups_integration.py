@@ -110,7 +110,8 @@ class _Converged:
     def explain(self) -> str:
         """The tables behind, their first differences, and what the group says of them: slow, stuck or parked."""
         jobs = {self.job[t] for t in self.behind}
-        status = [line for line in self.said().splitlines() if not line.startswith(" ") or line.split()[0] in jobs]
+        said = self.said().splitlines()
+        status = [line for line in said if line.strip() and (not line.startswith(" ") or line.split()[0] in jobs)]
         return (
             f"{len(self.behind)} tables behind ({', '.join(sorted(self.behind))}); "
             + "; ".join(self.last[:12])
