@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CDCPIPE := $(VENV)/bin/cdcpipe
 PYTEST_ARGS ?=
 
-.PHONY: help install install-base install-demo class-archive lint typecheck check test unit demo up down status bench chaos chaos-cluster clean docs
+.PHONY: help install install-base install-demo class-archive lint typecheck check test test-stack unit demo up down status bench chaos chaos-cluster clean docs
 
 help:
 	@echo "make demo       install what is missing, start the stack, run a sample through it, show the result"
@@ -57,8 +57,13 @@ check: lint typecheck unit
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
 # One stack for the whole suite; independent tests in parallel (three workers), then those that restart the stack (tests/suite.py).
 test: install-base
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck class-archive
+	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck class-archive test-stack
 	$(PY) -m tests.suite $(PYTEST_ARGS)
+
+# The suite's stack, started beside the checks and the class archive (a minute of waiting on JVMs, overlapped);
+# tests.suite takes it as its own and stops it at the end.
+test-stack: install-base
+	$(PY) -m tests.suite --start-only
 
 demo: install-demo
 	$(CDCPIPE) stack up --spark-cluster

@@ -4,7 +4,9 @@
 
 1. Starts the stack (Spark cluster included) unless `CDCPIPE_KAFKA_BOOTSTRAP` says one is given, and hands it
    to pytest through the variables `stack env` prints. A stack started here is marked ours
-   (`CDCPIPE_TEST_STACK_OWNED`), so the tests that stop and crash services may.
+   (`CDCPIPE_TEST_STACK_OWNED`), so the tests that stop and crash services may. `--start-only` starts it and
+   ends (`make test` runs that beside the lint, the type checks and the class archive): the marker it leaves
+   (`STARTED`) tells the run after it that the stack is the suite's own.
 2. Every test but those that restart the stack, in `--workers` processes (pytest-xdist, the longest first): most
    of an integration test is waiting (a JVM starting, a connector snapshotting, a micro-batch trigger), and
    the tests share nothing but the stack (each has its own topics, schemas, tables and job names).
@@ -26,12 +28,20 @@ from tests.support.stack import OWNED_VARIABLE, cdcpipe, parse_exports
 from tests.support.timeline import VARIABLE as TIMELINE
 from tests.support.timeline import summary
 
+# Left by `--start-only` in the stack's run folder when it started the stack: the next run owns it, and stops it.
+STARTED = "suite-started"
+
+
+def started_marker() -> Path:
+    return Path(os.environ.get("CDCPIPE_HOME") or Path.cwd() / ".stack") / "run" / STARTED
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Three on 2 cores: most of an integration test waits (a trigger, Connect, a snapshot), and each worker keeps
     # one Spark driver (tests/support/spark_host.py) instead of starting one per job run.
     parser.add_argument("--workers", type=int, default=3, help="test processes of the first run (1: one at a time)")
+    parser.add_argument("--start-only", action="store_true", help="start the suite's stack and end (see 1. above)")
     args, pytest_args = parser.parse_known_args()
     env = dict(os.environ)
     started_here = False
@@ -41,13 +51,22 @@ def main() -> int:
         if up.returncode != 0:
             sys.stderr.write(up.stderr)
             return up.returncode
-        started_here = "healthy after" in up.stdout
+        marker = started_marker()
+        if args.start_only:
+            if "healthy after" in up.stdout:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            return 0
+        started_here = "healthy after" in up.stdout or marker.exists()
+        marker.unlink(missing_ok=True)
         exports = cdcpipe("stack", "env")
         if exports.returncode != 0:
             sys.stderr.write(exports.stderr)
             return exports.returncode
         env.update(parse_exports(exports.stdout))
         env[OWNED_VARIABLE] = "1" if started_here else ""
+    if args.start_only:
+        return 0  # a stack given (`CDCPIPE_KAFKA_BOOTSTRAP`): nothing to start
     # A test's jobs live seconds: the optimising JIT costs more CPU than it saves, on 2 cores shared by 2 tests.
     env.setdefault("CDCPIPE_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
     try:
