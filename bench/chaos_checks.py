@@ -173,7 +173,8 @@ def latency_around_faults(
     """
     events = sorted(landed)
     first = faults_at[0] if faults_at else math.inf
-    before = [latency for at, latency in events if (steady_from or -math.inf) <= at < first]
+    since = -math.inf if steady_from is None else steady_from
+    before = [latency for at, latency in events if since <= at < first]
     median = _stats(before or [latency for _, latency in events])["p50_s"] or 0.0
     bound = max(floor_s, 3 * median)
     edges = [*faults_at, end]

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from infra.config import StackSettings
 from tests.support.stack import OWNED_VARIABLE, cdcpipe, parse_exports
 from tests.support.timeline import VARIABLE as TIMELINE
 from tests.support.timeline import summary
@@ -33,7 +34,7 @@ STARTED = "suite-started"
 
 
 def started_marker() -> Path:
-    return Path(os.environ.get("CDCPIPE_HOME") or Path.cwd() / ".stack") / "run" / STARTED
+    return StackSettings.load().run_dir / STARTED
 
 
 def main() -> int:
