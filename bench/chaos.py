@@ -35,7 +35,8 @@ commit order, and that no relay, job or connector task stopped by itself (it is 
 The figures of each fault: besides the takeover and task-move times, `event_latency`, from an event's commit to its
 row in the event log (relay, Kafka, Spark): median, p99 and max of the events committed from the fault to the next
 one, and `recovered_s`, from the fault until the last of them over 3x the median latency before the faults landed
-(chaos_checks.latency_around_faults); the same before the first fault, of the events committed after the warm-up.
+(chaos_checks.latency_around_faults); the same before the first fault, of the events committed after the warm-up,
+and of the warm-up's own (`warm_up`: every event is in one of them).
 `publish_latency`, the same of the relay's part (commit to the record's timestamp in Kafka): a fault that stalled
 the jobs shows in the first, one that stalled the relay in both. The table path's recovery is the
 connector's: `task_moved_s`, `connector_running_after_s`.

@@ -169,7 +169,8 @@ def latency_around_faults(
     fault until the last event of its window over the bound landed, after which every event of the window landed
     within it (0: none was over). `steady_from`: the baseline counts only events committed from then on; those
     committed while a job's driver started and read its first backlog measure the start, and would set the bound
-    so high that no fault's stall passed it.
+    so high that no fault's stall passed it. They are reported apart (`warm_up`): every event committed before
+    `end` falls in exactly one of `warm_up`, `before_faults` and the fault windows.
     """
     events = sorted(landed)
     first = faults_at[0] if faults_at else math.inf
@@ -185,4 +186,5 @@ def latency_around_faults(
         windows.append(
             {**_stats([lat for _, lat in inside]), "recovered_s": round(max(late) - start, 1) if late else 0.0}
         )
-    return {"bound_s": round(bound, 2), "before_faults": _stats(before), "faults": windows}
+    warm_up = [latency for at, latency in events if at < min(since, first)]
+    return {"bound_s": round(bound, 2), "warm_up": _stats(warm_up), "before_faults": _stats(before), "faults": windows}

@@ -109,7 +109,11 @@ def test_the_baseline_leaves_out_the_warm_ups_events() -> None:
     steady = checks.latency_around_faults(landed, [10.0], end=12.0, steady_from=6.0)
     assert steady["bound_s"] == 3.0
     assert steady["before_faults"]["events"] == 4
+    assert steady["warm_up"] == {"events": 6, "p50_s": 5.0, "p99_s": 5.0, "max_s": 5.0}  # counted, apart
+    counted = steady["warm_up"]["events"] + steady["before_faults"]["events"] + steady["faults"][0]["events"]
+    assert counted == len(landed)
     assert steady["faults"][0]["recovered_s"] == 4.0
     warm = checks.latency_around_faults(landed, [10.0], end=12.0)
     assert warm["bound_s"] == 15.0
     assert warm["faults"][0]["recovered_s"] == 0.0
+    assert warm["warm_up"]["events"] == 0
