@@ -55,7 +55,7 @@ unit: install
 check: lint typecheck unit
 
 # The session fixture starts the stack when CDCPIPE_KAFKA_BOOTSTRAP is not set, and stops what it started.
-# One stack for the whole suite; independent tests in parallel (three workers), then those that restart the stack (tests/suite.py).
+# One stack for the whole suite, the tests in parallel (three workers); those that stop services on stacks of their own (tests/suite.py).
 test: install-base
 	$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck class-archive test-stack
 	$(PY) -m tests.suite $(PYTEST_ARGS)

@@ -1,17 +1,17 @@
-"""`make test`: the whole suite on one stack, independent tests in parallel, then the ones that restart it.
+"""`make test`: the whole suite on one stack, in parallel; tests that stop services on stacks of their own.
 
     python -m tests.suite [pytest arguments...]
 
 1. Starts the stack (Spark cluster included) unless `CDCPIPE_KAFKA_BOOTSTRAP` says one is given, and hands it
    to pytest through the variables `stack env` prints. A stack started here is marked ours
-   (`CDCPIPE_TEST_STACK_OWNED`), so the tests that stop and crash services may. `--start-only` starts it and
+   (`CDCPIPE_TEST_STACK_OWNED`): the run stops it at its end. `--start-only` starts it and
    ends (`make test` runs that beside the lint, the type checks and the class archive): the marker it leaves
    (`STARTED`) tells the run after it that the stack is the suite's own.
-2. Every test but those that restart the stack, in `--workers` processes (pytest-xdist, the longest first): most
-   of an integration test is waiting (a JVM starting, a connector snapshotting, a micro-batch trigger), and
-   the tests share nothing but the stack (each has its own topics, schemas, tables and job names).
-3. The `stack_lifecycle` tests, alone and last: no other test may see the stack go down.
-4. Stops the stack if it started it. The exit code is the first run's, else the second's.
+2. Every test, in `--workers` processes (pytest-xdist, the longest first): most of an integration test is
+   waiting (a JVM starting, a connector snapshotting, a micro-batch trigger), and the tests share nothing but
+   the stack (each has its own topics, schemas, tables and job names). Those that stop, crash or restart
+   services (`own_stack`) do it to a stack of their own beside it (tests.support.stack.stack_of_its_own).
+3. Stops the stack if it started it.
 """
 
 from __future__ import annotations
@@ -80,17 +80,10 @@ def main() -> int:
         timeline = Path(tempfile.mkstemp(prefix="cdcpipe-test-timeline-", suffix=".jsonl")[1])
         env[TIMELINE] = str(timeline)
         began = time.monotonic()
-        first = subprocess.run([*pytest, *parallel, "-m", "not stack_lifecycle", *pytest_args], env=env, check=False)
-        middle = time.monotonic()
+        run = subprocess.run([*pytest, *parallel, *pytest_args], env=env, check=False)
         print(summary(timeline))
-        second = subprocess.run([*pytest, "-m", "stack_lifecycle", *pytest_args], env=env, check=False)
-        print(
-            f"suite: {middle - began:.0f}s for the tests in parallel, {time.monotonic() - middle:.0f}s for those "
-            "that restart the stack"
-        )
-        # pytest exits 5 when a run selects nothing (a -k that matches only one half): not a failure.
-        codes = [code for code in (first.returncode, second.returncode) if code not in (0, 5)]
-        return codes[0] if codes else 0
+        print(f"suite: {time.monotonic() - began:.0f}s for the tests")
+        return run.returncode
     finally:
         if started_here:
             down = cdcpipe("stack", "down")

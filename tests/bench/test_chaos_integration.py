@@ -13,7 +13,6 @@ chaos` on one node.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.config import StackSettings
 from tests.support.bench import BENCH
-from tests.support.stack import Stack, cdcpipe, parse_exports
+from tests.support.stack import Stack, apart_env, cdcpipe, parse_exports
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.integration
@@ -32,36 +30,13 @@ FAULTS = ("relay", "job", "postgres", "connect", "leader")
 # One job per source: the event log on the relay's topic, the table group (mirror and history) on Debezium's. The
 # latest state and the projection read the event topic as the event log does (`make chaos-cluster` runs them too).
 KINDS = {"event_log", "table_mirror", "table_history"}
-# Every port of the cluster's stack is the suite stack's + this: below the kernel's ephemeral ports (32768 on), and
-# no port of one stack is a port of the other (the suite's are the defaults, all below 10,000).
-PORTS_APART = 20000
-
-
-def ports_apart() -> dict[str, str]:
-    """The variables that put each listener of a stack on its default port + PORTS_APART."""
-    return {
-        f"CDCPIPE_{name.upper()}": str(field.default + PORTS_APART)
-        for name, field in StackSettings.model_fields.items()
-        if name.endswith("_port") and field.default
-    }
 
 
 @pytest.mark.timeout(1800)
 def test_every_kind_matches_postgres_after_every_fault_of_a_cluster(stack: Stack, tmp_path: Path) -> None:
-    home = stack.home / "cluster"
-    home.mkdir(exist_ok=True)
-    for shared in ("lib", "bin"):  # the jars and tools `make install` put beside the suite's stack
-        if not (home / shared).exists():
-            (home / shared).symlink_to(stack.home / shared)
     # Nothing of the suite's stack: the cluster's own variables come from its `stack env` (chaos.py reads them).
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("CDCPIPE_", "AWS_")) and k != "PGPASSFILE"},
-        "CDCPIPE_HOME": str(home),
-        # `stack up --cluster`'s Kafka and Connect (its Spark cluster left out: these jobs run in their drivers).
-        "CDCPIPE_KAFKA_NODES": "3",
-        "CDCPIPE_CONNECT_WORKERS": "2",
-        **ports_apart(),
-    }
+    # `stack up --cluster`'s Kafka and Connect (its Spark cluster left out: these jobs run in their drivers).
+    env = apart_env(stack, "cluster", CDCPIPE_KAFKA_NODES="3", CDCPIPE_CONNECT_WORKERS="2")
     results = tmp_path / "chaos.json"
     try:
         up = cdcpipe("stack", "up", env=env)

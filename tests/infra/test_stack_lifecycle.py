@@ -1,13 +1,14 @@
 """`stack down` stops every process of ours; `stack up` after it finds the data where it was.
 
 The benches that restart the stack (stack_startup cycles it; tls_bench needs Kafka's opt-in plaintext listener)
-run inside the same down/up cycle: stack_startup's `up` is the one the TLS bench runs on, then the suite's stack
-comes back as it was.
+run inside the same down/up cycle: stack_startup's `up` is the one the TLS bench runs on, then the stack comes
+back as it was. The stack is the module's own (Spark cluster included, as the suite's), beside the suite's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -17,9 +18,16 @@ from confluent_kafka import Consumer, Producer
 from deltalake import DeltaTable, write_deltalake
 
 from tests.support.bench import results, run_bench
-from tests.support.stack import Stack, cdcpipe
+from tests.support.stack import STACKS_APART, Stack, cdcpipe, stack_of_its_own
 
-pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
+pytestmark = [pytest.mark.integration, pytest.mark.own_stack, pytest.mark.xdist_group("lifecycle")]
+
+
+@pytest.fixture(scope="module")
+def stack(stack: Stack) -> Iterator[Stack]:
+    """The module's own stack, beside the suite's: its test stops it whole, which no other test may see."""
+    with stack_of_its_own(stack, "lifecycle", spark_cluster=True) as own:
+        yield own
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -47,8 +55,6 @@ def alive(pid: int) -> bool:
 def test_down_stops_everything_the_restart_benches_run_and_up_reuses_the_data(
     stack: Stack, topic: str, tmp_path: Path
 ) -> None:
-    if not stack.started_here:
-        pytest.skip("the stack was not started by this test session; it is not ours to stop")
     env = stack.process_env()
     with psycopg.connect(stack.pg_dsn, passfile=stack.env["PGPASSFILE"], autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS lifecycle_marker (note text)")
@@ -60,7 +66,7 @@ def test_down_stops_everything_the_restart_benches_run_and_up_reuses_the_data(
     producer.produce(topic, key="k", value="survives a restart")
     assert producer.flush(30) == 0
     pids = [r["pid"] for r in json.loads(cdcpipe("stack", "status", "--json", env=env).stdout)]
-    plaintext = {"CDCPIPE_KAFKA_PLAINTEXT_PORT": "9094"}
+    plaintext = {"CDCPIPE_KAFKA_PLAINTEXT_PORT": str(9094 + STACKS_APART["lifecycle"])}
     try:
         down = cdcpipe("stack", "down", env=env)
         assert down.returncode == 0, down.stderr
@@ -79,7 +85,7 @@ def test_down_stops_everything_the_restart_benches_run_and_up_reuses_the_data(
         assert results(tmp_path, "tls.json")
     finally:
         cdcpipe("stack", "down", env=env)
-        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=env)  # as the session had it
+        up = cdcpipe("stack", "up", "--spark-cluster", "--workers", "2", env=env)  # as it was
     assert up.returncode == 0, up.stderr
     assert (
         up.stdout.count("healthy after") == 9

@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from tests.support.jobs import BALANCES, alive_and, deposit, job_env, job_rows, 
 from tests.support.kafka import read_topics
 from tests.support.outbox import Outbox
 from tests.support.relay import by_key, dead_rows_held_back_after_a_flood, relay_process
-from tests.support.stack import Stack, cdcpipe
+from tests.support.stack import Stack, cdcpipe, stack_of_its_own
 from tests.support.waits import wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.stack_lifecycle]
+# One worker runs the module's tests one after another, on the stack of their own (`stack` below).
+pytestmark = [pytest.mark.integration, pytest.mark.own_stack, pytest.mark.xdist_group("outages")]
 
 # Longer than a job's offset lookups wait for Kafka before its query fails (streaming_jobs.config.FAILOVER).
 OUTAGE_S = 3 * 21 + 20
@@ -33,17 +35,25 @@ def job_log(env: dict[str, str], name: str) -> str:
     return (Path(env["CDCPIPE_RUN_DIR"]) / f"{name}.log").read_text()
 
 
+@pytest.fixture(scope="module")
+def stack(stack: Stack) -> Iterator[Stack]:
+    """The module's own stack, beside the suite's: its tests stop and crash Kafka and Postgres.
+
+    No Spark cluster: its jobs run in their drivers.
+    """
+    with stack_of_its_own(stack, "outages", spark_cluster=False) as own:
+        yield own
+
+
 def stop_service(stack: Stack, service: type[Service]) -> StackSettings:
-    """Stop one service of the shared stack (only a stack this session started is ours to stop)."""
-    if not stack.started_here:
-        pytest.skip("the stack was not started by this test session; it is not ours to stop")
+    """Stop one service of the module's stack."""
     settings = StackSettings.load(home=stack.home)
     assert service(settings).process.stop(), f"{service.name} was not running"
     return settings
 
 
-def restart(settings: StackSettings) -> None:
-    local_stack.up(settings, spark_cluster=True, report=lambda _: None)
+def restart(stack: Stack, settings: StackSettings) -> None:
+    local_stack.up(settings, spark_cluster=stack.cluster is not None, report=lambda _: None)
 
 
 def test_a_kafka_outage_past_a_jobs_offset_lookups_the_relay_retries_and_a_running_job_rides_it_out(
@@ -99,7 +109,7 @@ def test_a_kafka_outage_past_a_jobs_offset_lookups_the_relay_retries_and_a_runni
             f"an outage of {OUTAGE_S} s with the job alive",
         )
         assert "Kafka did not answer" in job_log(env, name), job_log(env, name)[-3000:]
-        restart(settings)
+        restart(stack, settings)
         wait_until(lambda: outbox.count() == 0, 90, "the relay to resume after Kafka came back")
         wait_until(alive_and(name, env, tmp_path, balanced), 300, "the job to apply what was written meanwhile")
         assert status(name, env)["pid"] == driver, "the job's driver was restarted"
@@ -123,7 +133,7 @@ def test_postgres_restart_the_relay_reconnects(stack: Stack, outbox: Outbox, tmp
         wait_until(lambda: outbox.count() == 0, 30, "the first events to be published")
         settings = stop_service(stack, Postgres)
         wait_until(lambda: "postgres unreachable" in log.read_text(), 30, "the relay to report the outage")
-        restart(settings)
+        restart(stack, settings)
         ids += outbox.insert([("order", "o-1", "OrderPlaced", {"n": i}) for i in range(50, 100)])
         wait_until(lambda: outbox.count() == 0, 60, "the relay to reconnect and publish")
         assert process.poll() is None, "the relay exited instead of reconnecting"
@@ -136,8 +146,6 @@ def test_postgres_restart_the_relay_reconnects(stack: Stack, outbox: Outbox, tmp
 
 def test_a_postgres_crash_mid_stream_loses_nothing(stack: Stack, outbox: Outbox, tmp_path: Path) -> None:
     """The relay commits its removals without waiting for the WAL flush; a crash may undo some, never lose a row."""
-    if not stack.started_here:
-        pytest.skip("the stack was not started by this test session; it is not ours to crash")
     log = tmp_path / "relay.log"
     ids = outbox.insert([("order", f"o-{i % 20}", "OrderPlaced", {"n": i}) for i in range(20_000)])
     process = relay_process(stack, outbox, log, CDCPIPE_BATCH_SIZE="500", CDCPIPE_BACKOFF_MAX_S="2")
@@ -148,7 +156,7 @@ def test_a_postgres_crash_mid_stream_loses_nothing(stack: Stack, outbox: Outbox,
         # restart goes through crash recovery, as after a power cut of the database alone.
         crashed = replace(Postgres(settings).process, stop_signal=signal.SIGQUIT)
         assert crashed.stop(), "postgres was not running"
-        restart(settings)
+        restart(stack, settings)
         wait_until(lambda: outbox.count() == 0, 120, "the relay to reconnect and drain the outbox")
         assert process.poll() is None, "the relay exited instead of reconnecting"
     finally:

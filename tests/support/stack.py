@@ -10,6 +10,7 @@ cdcpipe ships no contracts, topic files, job files or connector definitions: the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -30,6 +31,7 @@ import pytest
 from connectors.config import ConnectSettings
 from demo.run import SAMPLES
 from ground.kafka_client import KafkaSettings
+from infra.config import StackSettings
 from tests.support.kafka import create_topics
 
 log = logging.getLogger(__name__)
@@ -193,8 +195,8 @@ def stack() -> Iterator[Stack]:
         if missing:
             pytest.fail(f'CDCPIPE_KAFKA_BOOTSTRAP is set but {missing} are not: eval "$(cdcpipe stack env)" sets all')
         keys = [k for k in os.environ if k.startswith(("CDCPIPE_", "AWS_")) or k == "PGPASSFILE"]
-        # `python -m tests.suite` (make test) marks a stack it started as the session's own: its tests may
-        # stop and crash it. A stack you started yourself is left alone.
+        # `python -m tests.suite` (make test) marks a stack it started as the session's own. No test stops or
+        # crashes a service of it (those that do have stacks of their own: `stack_of_its_own`).
         yield Stack.of({k: os.environ[k] for k in keys}, started_here=os.environ.get(OWNED_VARIABLE) == "1")
         return
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -217,6 +219,67 @@ def stack() -> Iterator[Stack]:
         if started_here:
             down = cdcpipe("stack", "down")
             sys.stderr.write(f"\n{down.stdout}{down.stderr}")
+
+
+# Each stack of a test's own beside the suite's: its folder under the suite's home, and the offset of its ports
+# from the suite's (the defaults, all below 10,000). Each below the kernel's ephemeral ports (32768 on), and no
+# port of one stack a port of another (tests/test_stacks_apart.py).
+STACKS_APART = {"lifecycle": 10000, "outages": 12000, "cluster": 20000}
+
+
+def ports_apart(offset: int) -> dict[str, str]:
+    """The variables that put each listener of a stack on its default port + `offset`."""
+    return {
+        f"CDCPIPE_{name.upper()}": str(field.default + offset)
+        for name, field in StackSettings.model_fields.items()
+        if name.endswith("_port") and field.default
+    }
+
+
+def apart_env(suite: Stack, name: str, **variables: str) -> dict[str, str]:
+    """The environment of `cdcpipe stack ...` for a stack of its own beside the suite's: nothing of the suite's stack.
+
+    Its home is `<suite home>/<name>` (the jars and tools `make install` put beside the suite's stack shared by
+    links), its ports the suite's + `STACKS_APART[name]`; `variables` add to it (`CDCPIPE_KAFKA_NODES`, ...).
+    """
+    home = suite.home / name
+    home.mkdir(exist_ok=True)
+    for shared in ("lib", "bin"):
+        if not (home / shared).exists():
+            (home / shared).symlink_to(suite.home / shared)
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("CDCPIPE_", "AWS_")) and k != "PGPASSFILE"}
+    return {**kept, "CDCPIPE_HOME": str(home), **ports_apart(STACKS_APART[name]), **variables}
+
+
+@contextlib.contextmanager
+def stack_of_its_own(suite: Stack, name: str, spark_cluster: bool) -> Iterator[Stack]:
+    """A stack for tests that stop, crash and restart its services, up beside the suite's and purged after.
+
+    Such tests ran alone after all the others on the suite's stack (no other test could see it go down); on a
+    stack of their own they run beside them. While it is up, this process's environment describes it instead of
+    the suite's (libpq's PGPASSFILE, the settings `StackSettings.load()` reads): its tests run one after another
+    on one worker (mark their module `xdist_group`), and no other test runs in that worker meanwhile.
+    """
+    env = apart_env(suite, name)
+    up = cdcpipe("stack", "up", *(["--spark-cluster", "--workers", "2"] if spark_cluster else []), env=env)
+    try:
+        if up.returncode != 0:
+            pytest.fail(f"a stack of its own in {env['CDCPIPE_HOME']} did not start:\n{up.stdout}\n{up.stderr}")
+        own = {
+            **parse_exports(cdcpipe("stack", "env", env=env).stdout),
+            "CDCPIPE_HOME": env["CDCPIPE_HOME"],
+            **ports_apart(STACKS_APART[name]),
+        }
+        suites = parse_exports(cdcpipe("stack", "env", env=suite.process_env()).stdout)
+        with pytest.MonkeyPatch.context() as patch:
+            for key in suites:
+                if key != "PATH":
+                    patch.delenv(key, raising=False)
+            for key, value in own.items():
+                patch.setenv(key, value)
+            yield Stack.of(own, started_here=True)
+    finally:
+        cdcpipe("stack", "down", "--purge", env=env)
 
 
 @pytest.fixture
@@ -271,17 +334,10 @@ LONG_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that restart the shared stack last; the long ones first.
+    """The long ones first, the unit tests last."""
 
-    No other test may see the stack go down.
-    """
-
-    def order(item: pytest.Item) -> tuple[bool, bool, int]:
+    def order(item: pytest.Item) -> tuple[bool, int]:
         rank = next((i for i, folder in enumerate(LONG_FIRST) if item.nodeid.startswith(folder)), len(LONG_FIRST))
-        return (
-            item.get_closest_marker("stack_lifecycle") is not None,
-            item.get_closest_marker("integration") is None,
-            rank,
-        )
+        return (item.get_closest_marker("integration") is None, rank)
 
     items.sort(key=order)

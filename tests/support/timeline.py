@@ -31,11 +31,21 @@ def pytest_configure(config: pytest.Config) -> None:
         _file.append(Path(path))
 
 
+def plain(nodeid: str) -> str:
+    """A test's id without the `@group` that `--dist loadgroup` appends to one marked `xdist_group`.
+
+    As xdist reads it: an `@` after the last `]`, so a parameter holding an `@` is not taken for a group.
+    """
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering (by higher-scoped fixtures), which would undo it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The same order in every worker (xdist refuses workers whose collections differ): a stable sort of one file.
+    # A group goes to its worker whole, where its longest test stands in this order.
     expected = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    items.sort(key=lambda item: -expected.get(item.nodeid, 0))
+    items.sort(key=lambda item: -expected.get(plain(item.nodeid), 0))
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
@@ -46,7 +56,7 @@ def pytest_runtest_logfinish(nodeid: str, location: object) -> None:
     if not _file or nodeid not in _started:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    line = json.dumps({"test": nodeid, "worker": worker, "start": _started.pop(nodeid), "end": time.time()})
+    line = json.dumps({"test": plain(nodeid), "worker": worker, "start": _started.pop(nodeid), "end": time.time()})
     with _file[0].open("a") as out:  # one short write per test: lines of several workers never interleave
         out.write(line + "\n")
 
