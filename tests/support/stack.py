@@ -265,12 +265,13 @@ def stack_of_its_own(suite: Stack, name: str, spark_cluster: bool) -> Iterator[S
     try:
         if up.returncode != 0:
             pytest.fail(f"a stack of its own in {env['CDCPIPE_HOME']} did not start:\n{up.stdout}\n{up.stderr}")
-        own = {
-            **parse_exports(cdcpipe("stack", "env", env=env).stdout),
-            "CDCPIPE_HOME": env["CDCPIPE_HOME"],
-            **ports_apart(STACKS_APART[name]),
-        }
-        suites = parse_exports(cdcpipe("stack", "env", env=suite.process_env()).stdout)
+        exports = {}
+        for which, variables in (("own", env), ("suite", suite.process_env())):
+            said = cdcpipe("stack", "env", env=variables)
+            assert said.returncode == 0, f"`stack env` of the {which} stack failed: {said.stderr}"
+            exports[which] = parse_exports(said.stdout)
+        own = {**exports["own"], "CDCPIPE_HOME": env["CDCPIPE_HOME"], **ports_apart(STACKS_APART[name])}
+        suites = exports["suite"]
         with pytest.MonkeyPatch.context() as patch:
             for key in suites:
                 if key != "PATH":
